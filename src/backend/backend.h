@@ -1,0 +1,103 @@
+#pragma once
+// Backend: the op interface the model is written against, once. A backend owns its device
+// memory, streams, handles and thread pool; nothing is global. The scalar fp32 oracle for every
+// op is tests/reference/ops_reference.h.
+//
+// Dtypes: weights are bf16. Activations use the backend's activation_dtype() (CPU: f32, CUDA:
+// bf16); every op below that says "act" takes that dtype. The KV cache is bf16.
+// Shapes use T = tokens in the step, B = sequences, H = hidden, D = head_dim,
+// Hq / Hkv = query / key-value heads, I = intermediate, V = vocab.
+#include <memory>
+#include <string>
+
+#include "backend/tensor.h"
+#include "engine/forward_batch.h"
+
+namespace nanovllm {
+
+// A weight prepared for linear(): logical shape [N, K] (out = x @ w^T), stored in whatever layout
+// the backend's GEMM wants (the CPU backend packs it; CUDA keeps row-major). Made once at load.
+struct LinearWeight {
+  int64_t n = 0;  // output features
+  int64_t k = 0;  // input features
+  Buffer storage;
+  Tensor data;    // the backend's view of storage
+};
+
+// The paged KV cache of one layer: k and v each [num_blocks, block_size, Hkv, D] bf16.
+struct LayerKVCache {
+  Tensor k;
+  Tensor v;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual DeviceKind device() const = 0;
+  virtual std::string describe() const = 0;  // e.g. "cpu (avx512-bf16, 2 threads)"
+  virtual DType activation_dtype() const = 0;
+
+  // ---- memory ----
+  virtual Buffer alloc(size_t bytes) = 0;                   // uninitialized, 64-byte aligned
+  virtual void upload(Tensor dst, const void* host) = 0;    // dst contiguous; host holds dst.nbytes()
+  virtual void download(void* host, Tensor src) = 0;        // src contiguous
+  virtual void copy(Tensor dst, Tensor src) = 0;            // same shape/dtype; last dim contiguous
+  virtual void fill_zero(Tensor dst) = 0;                   // dst contiguous
+  virtual void synchronize() = 0;
+
+  // ---- weights ----
+  // w: [N, K] bf16 row-major, on the host. Returns it in the backend's GEMM layout.
+  virtual LinearWeight make_linear_weight(Tensor w_host) = 0;
+
+  // ---- ops ----
+  // out[t] = table[ids[t]]   out: act [T, H]; ids: i32 [T]; table: the [V, H] embedding.
+  virtual void embedding(Tensor out, Tensor ids, const LinearWeight& table) = 0;
+  // out = x @ w^T (+ bias)   x: act [T, K] (rows may be strided); out: act or f32 [T, N];
+  // bias: bf16 [N] or nullptr.
+  virtual void linear(Tensor out, Tensor x, const LinearWeight& w, const Tensor* bias) = 0;
+  // out = x / sqrt(mean(x^2, -1) + eps) * weight over the last dim.
+  // x, out: act [..., D] (2-D or 3-D, outer dims strided, last contiguous; out may alias x);
+  // weight: bf16 [D].
+  virtual void rms_norm(Tensor out, Tensor x, Tensor weight, float eps) = 0;
+  // residual = x + residual; x = rms_norm(residual) * weight  (fused; both in place)
+  // x, residual: act [T, H] contiguous; weight: bf16 [H].
+  virtual void add_rms_norm(Tensor x, Tensor residual, Tensor weight, float eps) = 0;
+  // Rotate-half (NeoX) RoPE in place over the full head_dim.
+  // x: act [T, heads, D] (strided rows); positions: i32 [T];
+  // cos_sin: f32 [max_position, D]: cos in [:, :D/2], sin in [:, D/2:].
+  virtual void rope(Tensor x, Tensor positions, Tensor cos_sin) = 0;
+  // out = silu(x[:, :I]) * x[:, I:]   x: act [T, 2I]; out: act [T, I]  (F.silu(gate) * up)
+  virtual void silu_and_mul(Tensor out, Tensor x) = 0;
+  // cache.k/v[slot_mapping[t]] = k[t] / v[t]; slot -1 writes nothing.
+  // k, v: act [T, Hkv, D] (strided rows).
+  virtual void store_kv(Tensor k, Tensor v, const LayerKVCache& cache, const ForwardBatch& batch) = 0;
+  // Causal attention of each sequence's new tokens over its whole context, read from the paged
+  // cache (the new tokens' k/v are already stored): query i of seq b sits at position
+  // context_len_b - seqlen_q_b + i and attends to keys [0, that position].
+  // q: act [T, Hq, D] (strided rows); out: act [T, Hq, D] contiguous. GQA: head h reads kv head
+  // h / (Hq / Hkv).
+  virtual void attention_prefill(Tensor out, Tensor q, const LayerKVCache& cache,
+                                 const ForwardBatch& batch, float scale) = 0;
+  // One query per sequence over context_lens[b] cached keys.  q: act [B, Hq, D]; out: act [B, Hq, D].
+  virtual void attention_decode(Tensor out, Tensor q, const LayerKVCache& cache,
+                                const ForwardBatch& batch, float scale) = 0;
+  // out[b] = x[indices[b]]   x: act [T, H]; indices: i32 [B]; out: act [B, H]
+  virtual void gather_rows(Tensor out, Tensor x, Tensor indices) = 0;
+  // Next token per sequence from logits f32 [B, V] with the batch's sampling fields
+  // (see engine/sampling_rng.h for the exact rule). out: i32 [B].
+  virtual void sample(Tensor out, Tensor logits, const ForwardBatch& batch) = 0;
+  // Sum over tensor-parallel ranks, in place (single rank: nothing).
+  virtual void all_reduce(Tensor x) {}
+};
+
+struct BackendOptions {
+  std::string device = "cpu";  // "cpu" or "cuda"
+  int num_threads = 0;         // CPU: 0 = all cores
+  int device_index = 0;        // CUDA: which GPU
+};
+
+// The registry: the one place that knows which backends exist. Throws Error for an unknown or
+// unavailable device.
+std::unique_ptr<Backend> make_backend(const BackendOptions& options);
+
+}  // namespace nanovllm

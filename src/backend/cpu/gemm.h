@@ -1,0 +1,34 @@
+#pragma once
+// The CPU GEMM: out[M, N] = x[M, K] @ w[N, K]^T (+ bias), x f32, w bf16 pre-packed, fp32
+// accumulation. Kernels: AVX-512 BF16 (vdpbf16ps) where the CPU has it, AVX2+FMA otherwise,
+// chosen once at runtime. x is rounded to bf16 inside the kernel (as a bf16 GEMM does).
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/cpu/thread_pool.h"
+
+namespace nanovllm::cpu {
+
+enum class GemmIsa { AVX512_BF16, AVX2 };
+GemmIsa detect_gemm_isa();
+const char* gemm_isa_name(GemmIsa isa);
+
+// Bytes of the packed layout of a [n, k] bf16 weight (padded as the kernels need).
+size_t packed_weight_bytes(int64_t n, int64_t k);
+// Packs w (bf16 bits, row-major [n, k]) into dst (packed_weight_bytes(n, k) bytes, 64-aligned).
+void pack_weight(void* dst, const uint16_t* w, int64_t n, int64_t k);
+// Row `row` of the original [n, k] weight, as f32 (the embedding lookup of a tied table).
+void unpack_weight_row(float* out, const void* packed, int64_t n, int64_t k, int64_t row);
+
+struct GemmArgs {
+  float* out;              // [m, n], row stride ldo (elements)
+  int64_t ldo;
+  const float* x;          // [m, k], row stride ldx
+  int64_t ldx;
+  const void* packed_w;    // pack_weight(w[n, k])
+  const uint16_t* bias;    // bf16 [n] or nullptr
+  int64_t m, n, k;
+};
+void gemm(const GemmArgs& args, ThreadPool& pool, GemmIsa isa);
+
+}  // namespace nanovllm::cpu

@@ -1,0 +1,61 @@
+#pragma once
+// ForwardBatch: everything one model step needs besides the weights and the KV cache, built by
+// ModelRunner::prepare_prefill / prepare_decode and passed explicitly to the model and to every
+// attention op (nano-vllm keeps this in a module-level global; we pass it).
+#include <cstdint>
+#include <vector>
+
+#include "backend/tensor.h"
+
+namespace nanovllm {
+
+// Host-side step description. ModelRunner fills it, then uploads it into ForwardBatch's tensors.
+struct HostBatch {
+  bool is_prefill = false;
+  std::vector<int32_t> input_ids;           // [num_tokens]
+  std::vector<int32_t> positions;           // [num_tokens] position of each token in its sequence
+  std::vector<int32_t> slot_mapping;        // [num_tokens] KV slot = block_id * block_size + offset; -1 = write nothing
+  std::vector<int32_t> cu_seqlens_q;        // [num_seqs + 1] prefix sums of new tokens per seq, first 0
+  std::vector<int32_t> cu_seqlens_k;        // [num_seqs + 1] prefix sums of context lengths (cached + new), first 0
+  std::vector<int32_t> context_lens;        // [num_seqs] tokens in the KV cache once this step's are stored
+  std::vector<int32_t> block_tables;        // [num_seqs, max_num_blocks] block ids, -1 padded
+  std::vector<int32_t> last_token_indices;  // [num_seqs] row (in [0, num_tokens)) of each seq's last token
+  int max_num_blocks = 0;                   // block_tables row width
+  int max_seqlen_q = 0;
+  int max_seqlen_k = 0;
+  // Sampling, one entry per seq (used only for seqs that sample this step).
+  std::vector<float> temperatures;          // [num_seqs] 0 = greedy
+  std::vector<int32_t> top_k;               // [num_seqs] <= 0: off
+  std::vector<float> top_p;                 // [num_seqs] 1: off
+  std::vector<uint64_t> seeds;              // [num_seqs] per-request RNG seed
+  std::vector<int64_t> sample_offsets;      // [num_seqs] RNG counter: tokens in the seq before the sampled one
+
+  int num_seqs() const { return int(cu_seqlens_q.empty() ? 0 : cu_seqlens_q.size() - 1); }
+  int num_tokens() const { return int(input_ids.size()); }
+};
+
+// The same fields as device tensors (views into one buffer owned by ModelRunner), plus the host
+// copy for backends that want to read metadata on the host (the CPU backend does).
+struct ForwardBatch {
+  const HostBatch* host = nullptr;
+  bool is_prefill = false;
+  int num_seqs = 0;
+  int num_tokens = 0;
+  int max_seqlen_q = 0;
+  int max_seqlen_k = 0;
+  Tensor input_ids;           // i32 [num_tokens]
+  Tensor positions;           // i32 [num_tokens]
+  Tensor slot_mapping;        // i32 [num_tokens]
+  Tensor cu_seqlens_q;        // i32 [num_seqs + 1]
+  Tensor cu_seqlens_k;        // i32 [num_seqs + 1]
+  Tensor context_lens;        // i32 [num_seqs]
+  Tensor block_tables;        // i32 [num_seqs, max_num_blocks]
+  Tensor last_token_indices;  // i32 [num_seqs]
+  Tensor temperatures;        // f32 [num_seqs]
+  Tensor top_k;               // i32 [num_seqs]
+  Tensor top_p;               // f32 [num_seqs]
+  Tensor seeds;               // i64 [num_seqs] (bits of a uint64)
+  Tensor sample_offsets;      // i64 [num_seqs]
+};
+
+}  // namespace nanovllm

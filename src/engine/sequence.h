@@ -1,0 +1,53 @@
+#pragma once
+// Sequence: one request's tokens and scheduling state (nano-vllm's engine/sequence.py).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "nanovllm/sampling_params.h"
+
+namespace nanovllm {
+
+enum class SequenceStatus { WAITING, RUNNING, FINISHED };
+enum class FinishReason { NONE, STOP, LENGTH, ERROR };
+
+// Sampling fields resolved against generation_config defaults.
+struct ResolvedSampling {
+  float temperature = 1.0f;
+  int top_k = 0;
+  float top_p = 1.0f;
+  int max_tokens = 64;
+  bool ignore_eos = false;
+  uint64_t seed = 0;
+};
+
+class Sequence {
+ public:
+  Sequence(int64_t seq_id, std::vector<int32_t> prompt, const ResolvedSampling& sampling,
+           int block_size);
+
+  int64_t seq_id;
+  SequenceStatus status = SequenceStatus::WAITING;
+  FinishReason finish_reason = FinishReason::NONE;
+  std::string error;                 // why, when finish_reason == ERROR
+  std::vector<int32_t> token_ids;    // prompt then completion
+  int32_t last_token;
+  int num_prompt_tokens;
+  int num_cached_tokens = 0;         // leading tokens whose KV is in the cache
+  int num_scheduled_tokens = 0;      // tokens this step computes (prefill chunk; 1 for decode)
+  std::vector<int32_t> block_table;  // block ids, in order
+  ResolvedSampling sampling;
+  int block_size;
+
+  int num_tokens() const { return int(token_ids.size()); }
+  int num_completion_tokens() const { return num_tokens() - num_prompt_tokens; }
+  bool is_finished() const { return status == SequenceStatus::FINISHED; }
+  int num_cached_blocks() const { return num_cached_tokens / block_size; }
+  int num_blocks() const { return (num_tokens() + block_size - 1) / block_size; }
+  int last_block_num_tokens() const { return num_tokens() - (num_blocks() - 1) * block_size; }
+  // Token ids of block i (the last block may be partial).
+  std::vector<int32_t> block(int i) const;
+  void append_token(int32_t token_id);
+};
+
+}  // namespace nanovllm

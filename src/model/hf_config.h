@@ -1,0 +1,44 @@
+#pragma once
+// config.json and generation_config.json of a Hugging Face model folder.
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace nanovllm {
+
+// The fields of config.json the engine uses. Supported: Qwen3ForCausalLM, Qwen2ForCausalLM.
+struct ModelConfig {
+  std::string architecture;           // "Qwen3ForCausalLM" | "Qwen2ForCausalLM"
+  int hidden_size = 0;
+  int num_hidden_layers = 0;
+  int num_attention_heads = 0;
+  int num_key_value_heads = 0;        // defaults to num_attention_heads
+  int head_dim = 0;                   // defaults to hidden_size / num_attention_heads
+  int intermediate_size = 0;
+  int vocab_size = 0;
+  int max_position_embeddings = 0;
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 10000.0;        // rope_theta, or rope_parameters.rope_theta
+  bool attention_bias = false;        // q/k/v biases (Qwen2: true unless the config says otherwise)
+  bool qk_norm = false;               // per-head q_norm / k_norm before RoPE (Qwen3)
+  bool tie_word_embeddings = false;
+  std::string torch_dtype;            // informational ("bfloat16", ...)
+  std::vector<int> eos_token_ids;     // config.json eos_token_id (int or list)
+};
+
+// Reads and validates <folder>/config.json. Throws Error naming the file and the field for a
+// missing/invalid field, an unsupported architecture, or rope scaling other than none/default.
+ModelConfig load_model_config(const std::string& folder);
+// The same from JSON text (path is used in error messages).
+ModelConfig parse_model_config(const std::string& json_text, const std::string& path);
+
+// generation_config.json; a missing file gives an empty config.
+struct GenerationConfig {
+  std::vector<int> eos_token_ids;     // eos_token_id: int or list
+  std::optional<float> temperature;
+  std::optional<int> top_k;
+  std::optional<float> top_p;
+};
+GenerationConfig load_generation_config(const std::string& folder);
+
+}  // namespace nanovllm
