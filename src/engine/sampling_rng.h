@@ -27,10 +27,11 @@ NV_HOST_DEVICE inline uint64_t mix64(uint64_t x) {  // splitmix64 finalizer
   return x ^ (x >> 31);
 }
 
-// Uniform in (0, 1), 24 random bits, never 0 or 1.
+// Uniform in (0, 1), 23 random bits, never 0 or 1: (k + 0.5) / 2^23 is exact in f32 for every
+// k < 2^23 (with 24 bits, k = 2^24 - 1 would round up to exactly 1).
 NV_HOST_DEVICE inline float sample_uniform(uint64_t seed, int64_t offset, int64_t index) {
   uint64_t h = mix64(mix64(seed ^ mix64(uint64_t(offset))) ^ uint64_t(index));
-  return (float(h >> 40) + 0.5f) * (1.0f / 16777216.0f);
+  return (float(h >> 41) + 0.5f) * (1.0f / 8388608.0f);
 }
 
 }  // namespace nanovllm

@@ -6,6 +6,7 @@
 // tensor where there is one); nothing is allocated beyond the file's size because a header said so.
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <map>
 #include <memory>
 #include <string>
@@ -64,6 +65,7 @@ class Checkpoint {
   std::vector<std::unique_ptr<SafetensorsFile>> files_;
   std::map<std::string, const SafetensorsTensor*> tensors_;
   std::map<std::string, std::string> file_of_;
+  std::string folder_;
 };
 
 struct TensorToWrite {
@@ -75,5 +77,35 @@ struct TensorToWrite {
 // Writes a safetensors file (tensors laid out in the given order, 8-byte aligned header).
 void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
+
+// A tensor's name, dtype and shape, without its bytes.
+struct TensorSpec {
+  std::string name;
+  DType dtype;
+  std::vector<int64_t> shape;
+};
+
+// Streams a safetensors file whose tensors are known up front but whose bytes are produced one
+// piece at a time (a 1.2 GB checkpoint is never held in memory). The constructor writes the
+// header; write() appends data in spec order (a tensor may span several calls); finish() checks
+// that exactly the announced number of bytes arrived and closes the file. A writer destroyed
+// before finish() removes its partial file. Throws Error (naming the file) on I/O failure.
+class SafetensorsWriter {
+ public:
+  SafetensorsWriter(const std::string& path, std::vector<TensorSpec> specs,
+                    const std::map<std::string, std::string>& metadata = {});
+  ~SafetensorsWriter();
+  SafetensorsWriter(const SafetensorsWriter&) = delete;
+  SafetensorsWriter& operator=(const SafetensorsWriter&) = delete;
+  void write(const void* data, size_t nbytes);
+  void finish();
+  size_t data_bytes() const { return total_; }  // the size of the data section
+
+ private:
+  std::string path_;
+  std::FILE* file_ = nullptr;
+  size_t total_ = 0;
+  size_t written_ = 0;
+};
 
 }  // namespace nanovllm

@@ -3,6 +3,7 @@
 // condition variable (after at most a short bounded spin), so an idle engine burns no core.
 #include <condition_variable>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <mutex>
 #include <thread>
@@ -37,6 +38,8 @@ class ThreadPool {
   uint64_t generation_ = 0;
   int pending_ = 0;
   bool stop_ = false;
+  bool busy_ = false;         // a dispatch is in flight (catches reentrant use)
+  std::exception_ptr error_;  // the first exception a worker's chunk threw, rethrown by the caller
 };
 
 }  // namespace nanovllm::cpu

@@ -1,0 +1,177 @@
+// CpuBackend: construction, memory, weights, and the row-copy ops (embedding, gather_rows) and
+// linear. The other ops are in norm.cpp, rope.cpp, activation.cpp, attention.cpp, sampler.cpp.
+#include "backend/cpu/cpu_backend.h"
+
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+
+namespace nanovllm::cpu {
+
+namespace {
+
+int resolve_threads(int num_threads) {
+  NV_CHECK(num_threads >= 0, "num_threads {}", num_threads);
+  if (num_threads > 0) return num_threads;
+  unsigned hw = std::thread::hardware_concurrency();
+  return hw == 0 ? 1 : int(hw);
+}
+
+// Bytes between consecutive rows of a 2-D tensor whose last dim is contiguous.
+void check_rows(const Tensor& t, DType dtype, const char* what) {
+  NV_CHECK(t.ndim == 2 && t.dtype == dtype && t.stride[1] == 1 && t.stride[0] >= t.shape[1],
+           "{}: expected {} [rows, cols] with contiguous rows, got {}", what, dtype_name(dtype),
+           t.describe());
+}
+
+}  // namespace
+
+CpuBackend::CpuBackend(int num_threads)
+    : pool_(resolve_threads(num_threads)), gemm_isa_(detect_gemm_isa()) {}
+
+std::string CpuBackend::describe() const {
+  return fmt::format("cpu ({}, {} thread{})", gemm_isa_name(gemm_isa_), pool_.size(),
+                     pool_.size() == 1 ? "" : "s");
+}
+
+void CpuBackend::parallel_rows(int64_t n, int64_t cost_per_item,
+                               const std::function<void(int64_t, int64_t)>& fn) {
+  constexpr int64_t kMinParallelWork = 32768;  // ~element operations worth a pool dispatch
+  if (n <= 0) return;
+  if (pool_.size() == 1 || n == 1 || n * cost_per_item < kMinParallelWork) {
+    fn(0, n);
+    return;
+  }
+  pool_.parallel_for(n, [&](int64_t begin, int64_t end, int) { fn(begin, end); });
+}
+
+// ---- memory ----
+
+Buffer CpuBackend::alloc(size_t bytes) {
+  size_t rounded = (bytes + 63) / 64 * 64;
+  if (rounded == 0) rounded = 64;
+  void* p = std::aligned_alloc(64, rounded);
+  if (!p) fail("cpu backend: out of memory allocating {} bytes", bytes);
+  return Buffer(p, bytes, DeviceKind::CPU, [](void* q) { std::free(q); });
+}
+
+void CpuBackend::upload(Tensor dst, const void* host) {
+  NV_CHECK(dst.is_contiguous(), "upload into non-contiguous {}", dst.describe());
+  if (dst.nbytes()) std::memcpy(dst.data, host, dst.nbytes());
+}
+
+void CpuBackend::download(void* host, Tensor src) {
+  NV_CHECK(src.is_contiguous(), "download from non-contiguous {}", src.describe());
+  if (src.nbytes()) std::memcpy(host, src.data, src.nbytes());
+}
+
+// dst[...] = src[...] for tensors of the same shape and dtype whose last dim is contiguous.
+void CpuBackend::copy(Tensor dst, Tensor src) {
+  NV_CHECK(dst.dtype == src.dtype && dst.ndim == src.ndim && dst.ndim >= 1, "copy {} <- {}",
+           dst.describe(), src.describe());
+  for (int d = 0; d < dst.ndim; ++d)
+    NV_CHECK(dst.shape[d] == src.shape[d], "copy {} <- {}", dst.describe(), src.describe());
+  const int last = dst.ndim - 1;
+  NV_CHECK(dst.stride[last] == 1 && src.stride[last] == 1, "copy needs a contiguous last dim");
+  if (dst.numel() == 0) return;
+  const size_t es = dtype_size(dst.dtype);
+  const size_t row_bytes = size_t(dst.shape[last]) * es;
+  int64_t outer = 1;
+  for (int d = 0; d < last; ++d) outer *= dst.shape[d];
+  parallel_rows(outer, dst.shape[last], [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      int64_t rem = r, doff = 0, soff = 0;
+      for (int d = last - 1; d >= 0; --d) {
+        const int64_t i = rem % dst.shape[d];
+        rem /= dst.shape[d];
+        doff += i * dst.stride[d];
+        soff += i * src.stride[d];
+      }
+      std::memmove(static_cast<char*>(dst.data) + doff * int64_t(es),
+                   static_cast<const char*>(src.data) + soff * int64_t(es), row_bytes);
+    }
+  });
+}
+
+void CpuBackend::fill_zero(Tensor dst) {
+  NV_CHECK(dst.is_contiguous(), "fill_zero of non-contiguous {}", dst.describe());
+  if (dst.nbytes()) std::memset(dst.data, 0, dst.nbytes());
+}
+
+// ---- weights ----
+
+LinearWeight CpuBackend::make_linear_weight(Tensor w_host) {
+  NV_CHECK(w_host.ndim == 2 && w_host.dtype == DType::BF16 && w_host.is_contiguous(),
+           "linear weight must be contiguous bf16 [N, K], got {}", w_host.describe());
+  LinearWeight w;
+  w.n = w_host.shape[0];
+  w.k = w_host.shape[1];
+  const size_t bytes = packed_weight_bytes(w.n, w.k);
+  w.storage = alloc(bytes);
+  pack_weight(w.storage.data(), w_host.ptr<const uint16_t>(), w.n, w.k);
+  w.data = Tensor::contiguous(w.storage.data(), DType::BF16, {int64_t(bytes / 2)});
+  return w;
+}
+
+// ---- ops ----
+
+// out = table[ids]  (F.embedding(ids, table))
+void CpuBackend::embedding(Tensor out, Tensor ids, const LinearWeight& table) {
+  check_rows(out, DType::F32, "embedding out");
+  NV_CHECK(ids.ndim == 1 && ids.dtype == DType::I32 && ids.stride[0] == 1 &&
+               ids.shape[0] == out.shape[0],
+           "embedding ids {} for out {}", ids.describe(), out.describe());
+  NV_CHECK(out.shape[1] == table.k, "embedding out {} for a [{}, {}] table", out.describe(),
+           table.n, table.k);
+  const int32_t* id = ids.ptr<const int32_t>();
+  parallel_rows(out.shape[0], table.k, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      NV_CHECK(id[t] >= 0 && id[t] < table.n, "token id {} outside the vocabulary [0, {})", id[t],
+               table.n);
+      unpack_weight_row(out.ptr<float>() + t * out.stride[0], table.data.data, table.n, table.k,
+                        id[t]);
+    }
+  });
+}
+
+// out = x @ w.T (+ bias)  (F.linear(x, w, bias))
+void CpuBackend::linear(Tensor out, Tensor x, const LinearWeight& w, const Tensor* bias) {
+  check_rows(out, DType::F32, "linear out");
+  check_rows(x, DType::F32, "linear x");
+  NV_CHECK(x.shape[0] == out.shape[0] && x.shape[1] == w.k && out.shape[1] == w.n,
+           "linear out {} = x {} @ w[{}, {}]^T", out.describe(), x.describe(), w.n, w.k);
+  const uint16_t* bias_ptr = nullptr;
+  if (bias) {
+    NV_CHECK(bias->ndim == 1 && bias->dtype == DType::BF16 && bias->shape[0] == w.n &&
+                 bias->stride[0] == 1,
+             "linear bias {} for N = {}", bias->describe(), w.n);
+    bias_ptr = bias->ptr<const uint16_t>();
+  }
+  GemmArgs args{out.ptr<float>(), out.stride[0], x.ptr<const float>(),
+                x.stride[0],      w.data.data,   bias_ptr,
+                x.shape[0],       w.n,           w.k};
+  gemm(args, pool_, gemm_isa_);
+}
+
+// out = x[indices]  (x.index_select(0, indices))
+void CpuBackend::gather_rows(Tensor out, Tensor x, Tensor indices) {
+  NV_CHECK(out.ndim == 2 && x.ndim == 2 && out.dtype == x.dtype && out.shape[1] == x.shape[1] &&
+               out.stride[1] == 1 && x.stride[1] == 1,
+           "gather_rows out {} from x {}", out.describe(), x.describe());
+  NV_CHECK(indices.ndim == 1 && indices.dtype == DType::I32 && indices.stride[0] == 1 &&
+               indices.shape[0] == out.shape[0],
+           "gather_rows indices {} for out {}", indices.describe(), out.describe());
+  const int32_t* idx = indices.ptr<const int32_t>();
+  const int64_t es = int64_t(dtype_size(x.dtype));
+  for (int64_t b = 0; b < out.shape[0]; ++b) {
+    NV_CHECK(idx[b] >= 0 && idx[b] < x.shape[0], "gather_rows index {} of {} rows", idx[b],
+             x.shape[0]);
+    std::memcpy(static_cast<char*>(out.data) + b * out.stride[0] * es,
+                static_cast<const char*>(x.data) + idx[b] * x.stride[0] * es,
+                size_t(x.shape[1] * es));
+  }
+}
+
+}  // namespace nanovllm::cpu

@@ -1,0 +1,66 @@
+#pragma once
+// CpuBackend: the Backend ops on x86-64 (AVX2+FMA required; the GEMM uses AVX-512 BF16 where the
+// CPU has it). Activations are f32, weights and the KV cache bf16. All work runs on the
+// backend's own ThreadPool; metadata (block tables, lengths, sampling fields) is read from
+// ForwardBatch::host. Kernels live in one file per concept: cpu_backend.cpp (memory, linear,
+// embedding, gather_rows), norm.cpp, rope.cpp, activation.cpp, attention.cpp, sampler.cpp.
+//
+// KV cache layout (per layer, k and v alike): [num_blocks, block_size, Hkv, D] bf16, contiguous;
+// slot s = block_id * block_size + offset addresses row s of the [num_blocks * block_size,
+// Hkv * D] view.
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "backend/backend.h"
+#include "backend/cpu/gemm.h"
+#include "backend/cpu/thread_pool.h"
+
+namespace nanovllm::cpu {
+
+class CpuBackend : public Backend {
+ public:
+  explicit CpuBackend(int num_threads = 0);  // 0 = std::thread::hardware_concurrency()
+
+  DeviceKind device() const override { return DeviceKind::CPU; }
+  std::string describe() const override;
+  DType activation_dtype() const override { return DType::F32; }
+  int num_threads() const { return pool_.size(); }
+  ThreadPool& pool() { return pool_; }
+
+  Buffer alloc(size_t bytes) override;
+  void upload(Tensor dst, const void* host) override;
+  void download(void* host, Tensor src) override;
+  void copy(Tensor dst, Tensor src) override;
+  void fill_zero(Tensor dst) override;
+  void synchronize() override {}
+
+  LinearWeight make_linear_weight(Tensor w_host) override;
+
+  void embedding(Tensor out, Tensor ids, const LinearWeight& table) override;
+  void linear(Tensor out, Tensor x, const LinearWeight& w, const Tensor* bias) override;
+  void rms_norm(Tensor out, Tensor x, Tensor weight, float eps) override;           // norm.cpp
+  void add_rms_norm(Tensor x, Tensor residual, Tensor weight, float eps) override;  // norm.cpp
+  void rope(Tensor x, Tensor positions, Tensor cos_sin) override;                   // rope.cpp
+  void silu_and_mul(Tensor out, Tensor x) override;  // activation.cpp
+  void store_kv(Tensor k, Tensor v, const LayerKVCache& cache,
+                const ForwardBatch& batch) override;  // attention.cpp
+  void attention_prefill(Tensor out, Tensor q, const LayerKVCache& cache, const ForwardBatch& batch,
+                         float scale) override;  // attention.cpp
+  void attention_decode(Tensor out, Tensor q, const LayerKVCache& cache, const ForwardBatch& batch,
+                        float scale) override;  // attention.cpp
+  void gather_rows(Tensor out, Tensor x, Tensor indices) override;
+  void sample(Tensor out, Tensor logits, const ForwardBatch& batch) override;  // sampler.cpp
+
+ private:
+  // fn(begin, end) over [0, n): on the pool when n * cost_per_item is worth a dispatch, else
+  // inline on the caller.
+  void parallel_rows(int64_t n, int64_t cost_per_item,
+                     const std::function<void(int64_t, int64_t)>& fn);
+
+  ThreadPool pool_;
+  GemmIsa gemm_isa_;
+};
+
+}  // namespace nanovllm::cpu

@@ -1,0 +1,177 @@
+// The GEMM driver: weight packing, x packing, cache blocking and threading around the ISA
+// register tiles of gemm_avx512.cpp / gemm_avx2.cpp (layouts in gemm_internal.h).
+#include "backend/cpu/gemm.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <memory>
+#include <new>
+
+#include "backend/cpu/gemm_internal.h"
+#include "backend/tensor.h"
+#include "util/check.h"
+
+namespace nanovllm::cpu {
+
+using detail::kBlockCols;
+using detail::kBlockPairBytes;
+
+namespace {
+
+// k pairs per cache block: a 4-block weight panel of 128 pairs is 32 KiB (L1-resident while
+// every x panel of the M block streams past it).
+constexpr int64_t kKcPairs = 128;
+// x panels per M block: bounds the x slab one weight panel is reused against (768 rows).
+constexpr int64_t kMcPanels = 128;
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+struct AlignedFree {
+  void operator()(void* p) const { ::operator delete(p, std::align_val_t(64)); }
+};
+using AlignedPtr = std::unique_ptr<void, AlignedFree>;
+AlignedPtr aligned_alloc64(size_t bytes) {
+  return AlignedPtr(::operator new(std::max<size_t>(bytes, 64), std::align_val_t(64)));
+}
+
+// Calls fn(u0, u1) on chunks of `chunk` units covering [0, units), which the pool's threads
+// claim from a shared counter rather than as fixed shares: a thread that starts late (woken
+// from sleep, or sharing its core with another process) then costs only the chunks it takes.
+template <typename Fn>
+void run_chunks(ThreadPool& pool, int64_t units, int64_t chunk, const Fn& fn) {
+  std::atomic<int64_t> next{0};
+  auto run = [&](int) {
+    for (int64_t u0; (u0 = next.fetch_add(chunk, std::memory_order_relaxed)) < units;)
+      fn(u0, std::min(units, u0 + chunk));
+  };
+  if (pool.size() == 1 || units <= chunk)
+    run(0);
+  else
+    pool.run_on_all(run);
+}
+
+}  // namespace
+
+GemmIsa detect_gemm_isa() {
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+      __builtin_cpu_supports("avx512bf16"))
+    return GemmIsa::AVX512_BF16;
+  NV_CHECK(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"),
+           "the CPU backend needs AVX2 and FMA");
+  return GemmIsa::AVX2;
+}
+
+const char* gemm_isa_name(GemmIsa isa) {
+  switch (isa) {
+    case GemmIsa::AVX512_BF16:
+      return "avx512_bf16";
+    case GemmIsa::AVX2:
+      return "avx2_fma";
+  }
+  return "?";
+}
+
+size_t packed_weight_bytes(int64_t n, int64_t k) {
+  NV_CHECK(n >= 1 && k >= 1, "weight shape [{}, {}]", n, k);
+  return size_t(ceil_div(n, kBlockCols) * ceil_div(k, 2) * kBlockPairBytes);
+}
+
+void pack_weight(void* dst, const uint16_t* w, int64_t n, int64_t k) {
+  NV_CHECK((reinterpret_cast<uintptr_t>(dst) & 63) == 0, "packed weight must be 64-byte aligned");
+  const int64_t kpairs = ceil_div(k, 2), nblocks = ceil_div(n, kBlockCols);
+  uint16_t* out = static_cast<uint16_t*>(dst);
+  for (int64_t b = 0; b < nblocks; ++b) {
+    uint16_t* blk = out + b * kpairs * 32;  // [kpairs][16][2]
+    std::memset(blk, 0, size_t(kpairs * kBlockPairBytes));
+    for (int64_t c = 0; c < kBlockCols && b * kBlockCols + c < n; ++c) {
+      const uint16_t* row = w + (b * kBlockCols + c) * k;
+      for (int64_t i = 0; i < k; ++i) blk[(i / 2) * 32 + c * 2 + (i & 1)] = row[i];
+    }
+  }
+}
+
+void unpack_weight_row(float* out, const void* packed, int64_t n, int64_t k, int64_t row) {
+  NV_CHECK(row >= 0 && row < n, "row {} of a [{}, {}] weight", row, n, k);
+  const int64_t kpairs = ceil_div(k, 2);
+  const uint16_t* blk = static_cast<const uint16_t*>(packed) + (row / kBlockCols) * kpairs * 32 +
+                        (row % kBlockCols) * 2;
+  for (int64_t i = 0; i < k; ++i) out[i] = bf16_to_f32(blk[(i / 2) * 32 + (i & 1)]);
+}
+
+void gemm(const GemmArgs& a, ThreadPool& pool, GemmIsa isa) {
+  NV_CHECK(a.m >= 0 && a.n >= 1 && a.k >= 1, "gemm shape m={} n={} k={}", a.m, a.n, a.k);
+  NV_CHECK(a.ldx >= a.k && a.ldo >= a.n, "gemm strides ldx={} (k={}) ldo={} (n={})", a.ldx, a.k,
+           a.ldo, a.n);
+  NV_CHECK((reinterpret_cast<uintptr_t>(a.packed_w) & 63) == 0,
+           "packed weight must be 64-byte aligned (the kernels use aligned loads)");
+  if (a.m == 0) return;
+  const detail::KernelSet& ks =
+      isa == GemmIsa::AVX512_BF16 ? detail::avx512_bf16_kernels() : detail::avx2_kernels();
+  const int64_t mr = ks.mr, kpairs = ceil_div(a.k, 2);
+  const int64_t npanels = ceil_div(a.m, mr);
+  const int64_t nblocks = ceil_div(a.n, kBlockCols);
+  const int64_t ngroups = ceil_div(nblocks, ks.nb);
+  const int64_t panel_bytes = kpairs * mr * int64_t(ks.pair_bytes);
+  const int64_t block_stride = kpairs * kBlockPairBytes;
+  const int threads = pool.size();
+
+  // 1. x -> packed bf16 panels, once per call ([npanels][kpairs][mr] pairs).
+  AlignedPtr xp = aligned_alloc64(size_t(npanels * panel_bytes));
+  if (a.m * a.k < 16384 || npanels < 2) {
+    ks.pack_x(xp.get(), a.x, a.ldx, a.m, a.k, mr, 0, npanels);
+  } else {
+    run_chunks(
+        pool, npanels, std::max<int64_t>(1, npanels / (threads * 4)),
+        [&](int64_t p0, int64_t p1) { ks.pack_x(xp.get(), a.x, a.ldx, a.m, a.k, mr, p0, p1); });
+  }
+
+  // 2. Tiles. Loop nest per thread: M block (x slab) > column group (nb blocks, one register
+  // tile wide) > k block (weight panel in L1) > x panel. The first panel of each (group,
+  // k block) pulls the weights from memory and prefetches; the rest reuse them from L1.
+  // One x panel (decode): each weight is used once, so no k blocking (no out re-reads).
+  const int64_t kc = npanels == 1 ? kpairs : kKcPairs;
+  auto work = [&](int64_t g0, int64_t g1, int64_t p0, int64_t p1) {
+    detail::Tile t{};
+    t.xs = mr;
+    t.w_block_stride = block_stride;
+    t.ldo = a.ldo;
+    for (int64_t pb = p0; pb < p1; pb += kMcPanels) {
+      const int64_t pe = std::min(p1, pb + kMcPanels);
+      for (int64_t g = g0; g < g1; ++g) {
+        const int64_t col0 = g * ks.nb * kBlockCols;
+        t.ncols = int(std::min<int64_t>(ks.nb * kBlockCols, a.n - col0));
+        t.bias = a.bias ? a.bias + col0 : nullptr;
+        for (int64_t kp0 = 0; kp0 < kpairs; kp0 += kc) {
+          t.kpairs = std::min(kc, kpairs - kp0);
+          t.first = kp0 == 0;
+          t.w = static_cast<const uint8_t*>(a.packed_w) + g * ks.nb * block_stride +
+                kp0 * kBlockPairBytes;
+          for (int64_t p = pb; p < pe; ++p) {
+            t.x = static_cast<const uint8_t*>(xp.get()) + p * panel_bytes +
+                  kp0 * mr * int64_t(ks.pair_bytes);
+            t.rows = int(std::min(mr, a.m - p * mr));
+            t.out = a.out + p * mr * a.ldo + col0;
+            t.prefetch = p == pb;
+            ks.tile(t);
+          }
+        }
+      }
+    }
+  };
+
+  // Split over column groups (each thread streams its own weights) unless there are too few
+  // groups to balance and enough x panels to split instead.
+  const bool split_m = ngroups < 4 * threads && npanels > ngroups;
+  if (split_m) {
+    run_chunks(pool, npanels, std::clamp<int64_t>(npanels / (threads * 8), 1, 16),
+               [&](int64_t p0, int64_t p1) { work(0, ngroups, p0, p1); });
+  } else {
+    run_chunks(pool, ngroups, std::clamp<int64_t>(ngroups / (threads * 8), 1, 8),
+               [&](int64_t g0, int64_t g1) { work(g0, g1, 0, npanels); });
+  }
+}
+
+}  // namespace nanovllm::cpu

@@ -1,0 +1,152 @@
+// AVX-512 BF16 GEMM kernels: x packed to bf16 pairs, one vdpbf16ps per (row, 16-column block,
+// k-pair). Compiled for the AVX-512 BF16 target per function (pragma below); only reached when
+// detect_gemm_isa() found the instructions.
+#include <immintrin.h>
+
+#include "backend/cpu/gemm_internal.h"
+
+namespace nanovllm::cpu::detail {
+namespace {
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma,bmi2")
+
+constexpr int kMr = 6;  // 6 rows x 4 blocks = 24 zmm accumulators + 4 weights + 1 broadcast
+constexpr int kNb = 4;
+// Software prefetch distance for weight streams read from memory (bytes ahead, per stream).
+constexpr int kPrefetchBytes = 1024;
+
+// x rows -> bf16 (round to nearest even), written as pairs into the [kpairs][mr] panel layout.
+void pack_x(void* dst, const float* x, int64_t ldx, int64_t m, int64_t k, int64_t mr,
+            int64_t panel_begin, int64_t panel_end) {
+  const int64_t kpairs = (k + 1) / 2;
+  uint32_t* out = static_cast<uint32_t*>(dst);
+  alignas(64) uint32_t row_pairs[512];  // one row, 1024 k at a time
+  for (int64_t panel = panel_begin; panel < panel_end; ++panel) {
+    uint32_t* pan = out + panel * kpairs * mr;
+    for (int64_t r = 0; r < mr; ++r) {
+      const int64_t row = panel * mr + r;
+      for (int64_t k0 = 0; k0 < k; k0 += 1024) {
+        const int64_t kn = k - k0 < 1024 ? k - k0 : 1024;
+        const int64_t np = (kn + 1) / 2;
+        if (row < m) {
+          const float* src = x + row * ldx + k0;
+          for (int64_t i = 0; i < kn; i += 16) {
+            const int64_t left = kn - i;
+            const __mmask16 mask = left >= 16 ? __mmask16(0xffff) : __mmask16((1u << left) - 1);
+            __m512 v = _mm512_maskz_loadu_ps(mask, src + i);
+            __m256i b = (__m256i)_mm512_cvtneps_pbh(v);
+            _mm256_store_si256(reinterpret_cast<__m256i*>(row_pairs + i / 2), b);
+          }
+        } else {
+          for (int64_t i = 0; i < np; ++i) row_pairs[i] = 0;
+        }
+        uint32_t* d = pan + (k0 / 2) * mr + r;
+        for (int64_t p = 0; p < np; ++p) d[p * mr] = row_pairs[p];
+      }
+    }
+  }
+}
+
+inline __mmask16 col_mask(int ncols, int col0) {
+  const int left = ncols - col0;
+  return left >= 16 ? __mmask16(0xffff) : __mmask16((1u << left) - 1);
+}
+
+template <int R, int NB, bool PF>
+void tile_kernel(const Tile& t) {
+  __m512 acc[R][NB];
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < NB; ++j) acc[r][j] = _mm512_setzero_ps();
+
+  const uint8_t* w = t.w;
+  const int64_t ws = t.w_block_stride;
+  const uint32_t* x = static_cast<const uint32_t*>(t.x);
+  const int64_t xs = t.xs;
+  for (int64_t p = 0; p < t.kpairs; ++p) {
+    __m512i wv[NB];
+    for (int j = 0; j < NB; ++j) {
+      wv[j] = _mm512_load_si512(w + j * ws);
+      if constexpr (PF)
+        _mm_prefetch(reinterpret_cast<const char*>(w + j * ws + kPrefetchBytes), _MM_HINT_T0);
+    }
+    for (int r = 0; r < R; ++r) {
+      const __m512i xb = _mm512_set1_epi32(int(x[r]));
+      for (int j = 0; j < NB; ++j)
+        acc[r][j] = _mm512_dpbf16_ps(acc[r][j], (__m512bh)wv[j], (__m512bh)xb);
+    }
+    w += kBlockPairBytes;
+    x += xs;
+  }
+
+  for (int j = 0; j < NB; ++j) {
+    const int col0 = j * 16;
+    if (col0 >= t.ncols) break;
+    const __mmask16 mask = col_mask(t.ncols, col0);
+    __m512 bias = _mm512_setzero_ps();
+    if (t.first && t.bias) {
+      __m256i b = _mm256_maskz_loadu_epi16(mask, t.bias + col0);
+      // maskz forms: GCC 12 warns (-Wmaybe-uninitialized) on the unmasked ones.
+      bias = _mm512_castsi512_ps(
+          _mm512_maskz_slli_epi32(mask, _mm512_maskz_cvtepu16_epi32(mask, b), 16));
+    }
+    for (int r = 0; r < R; ++r) {
+      float* o = t.out + r * t.ldo + col0;
+      __m512 base = t.first ? bias : _mm512_maskz_loadu_ps(mask, o);
+      _mm512_mask_storeu_ps(o, mask, _mm512_add_ps(base, acc[r][j]));
+    }
+  }
+}
+
+using TileFn = void (*)(const Tile&);
+
+template <int R, bool PF>
+TileFn pick_nb(int nb) {
+  switch (nb) {
+    case 1:
+      return tile_kernel<R, 1, PF>;
+    case 2:
+      return tile_kernel<R, 2, PF>;
+    case 3:
+      return tile_kernel<R, 3, PF>;
+    default:
+      return tile_kernel<R, 4, PF>;
+  }
+}
+
+template <bool PF>
+TileFn pick(int rows, int nb) {
+  switch (rows) {
+    case 1:
+      return pick_nb<1, PF>(nb);
+    case 2:
+      return pick_nb<2, PF>(nb);
+    case 3:
+      return pick_nb<3, PF>(nb);
+    case 4:
+      return pick_nb<4, PF>(nb);
+    case 5:
+      return pick_nb<5, PF>(nb);
+    default:
+      return pick_nb<6, PF>(nb);
+  }
+}
+
+void tile(const Tile& t) {
+  const int nb = int((t.ncols + 15) / 16);
+  TileFn fn = t.prefetch ? pick<true>(t.rows, nb) : pick<false>(t.rows, nb);
+  fn(t);
+}
+
+#pragma GCC pop_options
+
+static_assert(kNb * 16 <= 64, "tile width");
+
+}  // namespace
+
+const KernelSet& avx512_bf16_kernels() {
+  static const KernelSet set{kMr, kNb, 4, pack_x, tile};
+  return set;
+}
+
+}  // namespace nanovllm::cpu::detail

@@ -1,0 +1,50 @@
+#pragma once
+// Internals shared by the GEMM driver (gemm.cpp) and its ISA kernels (gemm_avx512.cpp,
+// gemm_avx2.cpp). Not part of the backend interface.
+//
+// Packed weight layout (both ISAs): w[n, k] bf16 becomes [ceil(n/16)][ceil(k/2)][16][2]: for
+// each block of 16 output columns, one 64-byte row per pair of k, holding (w[j, 2p], w[j, 2p+1])
+// for the 16 columns j. Padding (n up to a multiple of 16, k up to even) is zero.
+//
+// Packed x layout: panels of `mr` rows, each [ceil(k/2)][mr] pairs; a pair is a bf16 pair
+// (4 bytes) for AVX-512 BF16, or two bf16-rounded f32 (8 bytes) for AVX2. Rows past m and the
+// odd k padding are zero.
+#include <cstddef>
+#include <cstdint>
+
+namespace nanovllm::cpu::detail {
+
+constexpr int64_t kBlockCols = 16;       // output columns per packed weight block
+constexpr int64_t kBlockPairBytes = 64;  // bytes of one k-pair row of a block (16 x 2 bf16)
+
+// One register tile: out[rows, ncols] (+)= xpanel[rows, kpairs] @ wblocks[kpairs, ncols].
+struct Tile {
+  const void* x;           // packed x panel, at the first pair of this k range: [kpairs][xs]
+  int64_t xs;              // pairs per k-pair row of the panel (the panel's mr)
+  const uint8_t* w;        // packed weight, block of column 0, at the first pair of the range
+  int64_t w_block_stride;  // bytes between consecutive 16-column blocks
+  int64_t kpairs;
+  float* out;  // [rows, ncols] at stride ldo
+  int64_t ldo;
+  const uint16_t* bias;  // bf16 [ncols] or nullptr; added only when `first`
+  int rows;              // 1..mr
+  int ncols;             // 1..nb*16
+  bool first;            // out = acc + bias; otherwise out += acc
+  bool prefetch;         // software-prefetch the weight streams (they come from memory)
+};
+
+struct KernelSet {
+  int mr;             // rows per x panel (register tile height)
+  int nb;             // 16-column blocks per register tile
+  size_t pair_bytes;  // bytes of one packed x pair
+  // Packs x rows [panel_begin*mr, ...) for panels [panel_begin, panel_end) into dst (the
+  // whole packed buffer).
+  void (*pack_x)(void* dst, const float* x, int64_t ldx, int64_t m, int64_t k, int64_t mr,
+                 int64_t panel_begin, int64_t panel_end);
+  void (*tile)(const Tile& t);
+};
+
+const KernelSet& avx512_bf16_kernels();
+const KernelSet& avx2_kernels();
+
+}  // namespace nanovllm::cpu::detail

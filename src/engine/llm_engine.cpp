@@ -1,0 +1,119 @@
+#include "engine/llm_engine.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "engine/sampling_rng.h"
+
+namespace nanovllm {
+
+const char* finish_reason_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::STOP: return "stop";
+    case FinishReason::LENGTH: return "length";
+    case FinishReason::ERROR: return "error";
+    case FinishReason::NONE: return "none";
+  }
+  return "none";
+}
+
+namespace {
+
+void validate_config(const Config& c) {
+  if (c.max_num_batched_tokens < 1) fail("max_num_batched_tokens must be >= 1, got {}", c.max_num_batched_tokens);
+  if (c.max_num_seqs < 1) fail("max_num_seqs must be >= 1, got {}", c.max_num_seqs);
+  if (c.max_model_len < 2) fail("max_model_len must be >= 2, got {}", c.max_model_len);
+  if (c.block_size < 1 || c.block_size > 4096) fail("block_size must be in [1, 4096], got {}", c.block_size);
+  if (c.kv_cache_memory < 0) fail("kv_cache_memory must be >= 0, got {}", c.kv_cache_memory);
+  if (c.num_threads < 0) fail("threads must be >= 0, got {}", c.num_threads);
+}
+
+}  // namespace
+
+LLMEngine::LLMEngine(const Config& config) : config_(config) {
+  validate_config(config_);
+  model_config_ = load_model_config(config_.model);
+  generation_config_ = load_generation_config(config_.model);
+  config_.max_model_len = std::min(config_.max_model_len, model_config_.max_position_embeddings);
+  eos_token_ids_ = model_config_.eos_token_ids;
+  for (int id : generation_config_.eos_token_ids) {
+    if (std::find(eos_token_ids_.begin(), eos_token_ids_.end(), id) == eos_token_ids_.end()) {
+      eos_token_ids_.push_back(id);
+    }
+  }
+  backend_ = make_backend({.device = config_.device, .num_threads = config_.num_threads});
+  model_runner_ = std::make_unique<ModelRunner>(config_, model_config_, *backend_);
+  SchedulerConfig sc;
+  sc.max_num_seqs = config_.max_num_seqs;
+  sc.max_num_batched_tokens = config_.max_num_batched_tokens;
+  sc.max_model_len = config_.max_model_len;
+  sc.num_blocks = model_runner_->num_kv_blocks();
+  sc.block_size = config_.block_size;
+  sc.enable_prefix_caching = config_.enable_prefix_caching;
+  sc.eos_token_ids = eos_token_ids_;
+  scheduler_ = std::make_unique<Scheduler>(sc);
+}
+
+LLMEngine::~LLMEngine() = default;
+
+void LLMEngine::validate(const std::vector<int32_t>& prompt, const SamplingParams& p) const {
+  if (prompt.empty()) fail("prompt is empty");
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    if (prompt[i] < 0 || prompt[i] >= model_config_.vocab_size) {
+      fail("prompt token {} at index {} is outside the vocabulary [0, {})", prompt[i], i,
+           model_config_.vocab_size);
+    }
+  }
+  if (int64_t(prompt.size()) >= config_.max_model_len) {
+    fail("prompt has {} tokens; max_model_len {} leaves no room to generate", prompt.size(),
+         config_.max_model_len);
+  }
+  if (p.max_tokens < 1) fail("max_tokens must be >= 1, got {}", p.max_tokens);
+  if (p.temperature && !(std::isfinite(*p.temperature) && *p.temperature >= 0)) {
+    fail("temperature must be a finite number >= 0, got {}", *p.temperature);
+  }
+  if (p.top_p && !(*p.top_p > 0 && *p.top_p <= 1)) fail("top_p must be in (0, 1], got {}", *p.top_p);
+  if (p.top_k && *p.top_k < -1) fail("top_k must be -1, 0 (off) or positive, got {}", *p.top_k);
+}
+
+ResolvedSampling LLMEngine::resolve(const SamplingParams& p, int64_t seq_id) const {
+  ResolvedSampling r;
+  r.temperature = p.temperature.value_or(generation_config_.temperature.value_or(1.0f));
+  r.top_k = std::max(0, p.top_k.value_or(generation_config_.top_k.value_or(0)));
+  r.top_p = p.top_p.value_or(generation_config_.top_p.value_or(1.0f));
+  r.max_tokens = p.max_tokens;
+  r.ignore_eos = p.ignore_eos;
+  r.seed = p.seed.value_or(mix64(uint64_t(seq_id) + 0x5eed));
+  return r;
+}
+
+int64_t LLMEngine::add_request(std::vector<int32_t> prompt, const SamplingParams& params) {
+  validate(prompt, params);
+  const int64_t id = next_seq_id_++;
+  scheduler_->add(std::make_unique<Sequence>(id, std::move(prompt), resolve(params, id),
+                                             config_.block_size));
+  return id;
+}
+
+StepResult LLMEngine::step() {
+  StepResult result;
+  auto [seqs, is_prefill] = scheduler_->schedule();
+  if (!seqs.empty()) {
+    std::vector<int32_t> token_ids = model_runner_->run(seqs, is_prefill);
+    std::vector<int> before(seqs.size());
+    for (size_t i = 0; i < seqs.size(); ++i) before[i] = seqs[i]->num_tokens();
+    if (is_prefill) {
+      for (const Sequence* s : seqs) result.num_prefill_tokens += s->num_scheduled_tokens;
+    } else {
+      result.num_decode_tokens = int(seqs.size());
+    }
+    scheduler_->postprocess(seqs, token_ids, is_prefill);
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      if (seqs[i]->num_tokens() > before[i]) result.new_tokens.emplace_back(seqs[i]->seq_id, token_ids[i]);
+    }
+  }
+  result.finished = scheduler_->take_finished();
+  return result;
+}
+
+}  // namespace nanovllm

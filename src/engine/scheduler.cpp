@@ -1,0 +1,181 @@
+#include "engine/scheduler.h"
+
+#include <algorithm>
+#include <string>
+
+#include "util/check.h"
+
+namespace nanovllm {
+
+Scheduler::Scheduler(const SchedulerConfig& config)
+    : config_(config),
+      block_manager_(config.num_blocks, config.block_size, config.enable_prefix_caching) {
+  if (config.max_num_seqs < 1) fail("max_num_seqs must be >= 1, got {}", config.max_num_seqs);
+  if (config.max_num_batched_tokens < 1) {
+    fail("max_num_batched_tokens must be >= 1, got {}", config.max_num_batched_tokens);
+  }
+  if (config.max_model_len < 2) fail("max_model_len must be >= 2, got {}", config.max_model_len);
+}
+
+void Scheduler::add(std::unique_ptr<Sequence> seq) {
+  NV_CHECK(seq != nullptr);
+  NV_CHECK(seq->block_size == config_.block_size, "seq block_size {} != {}", seq->block_size,
+           config_.block_size);
+  NV_CHECK(seq->status == SequenceStatus::WAITING && seq->block_table.empty() &&
+           seq->num_tokens() == seq->num_prompt_tokens);
+  std::string error;
+  const int64_t num_prompt = seq->num_prompt_tokens;
+  const int64_t max_tokens = seq->sampling.max_tokens;
+  if (max_tokens < 1) {
+    error = fmt::format("max_tokens must be >= 1, got {}", max_tokens);
+  } else if (num_prompt >= config_.max_model_len) {
+    error = fmt::format("the prompt has {} tokens, which leaves no room for output within "
+                        "max_model_len={}", num_prompt, config_.max_model_len);
+  } else {
+    // At its longest the sequence holds KV for all tokens but the last sampled one.
+    int64_t max_len = std::min<int64_t>(num_prompt + max_tokens, config_.max_model_len);
+    int64_t num_blocks = (max_len - 1 + config_.block_size - 1) / config_.block_size;
+    if (num_blocks > config_.num_blocks) {
+      error = fmt::format(
+          "the request needs up to {} KV cache blocks ({} prompt tokens + up to {} generated) but "
+          "the cache holds {} blocks of {} tokens",
+          num_blocks, num_prompt, max_len - num_prompt, config_.num_blocks, config_.block_size);
+    }
+  }
+  if (!error.empty()) {
+    seq->error = fmt::format("request {}: {}", seq->seq_id, error);
+    rejected_.push_back(std::move(seq));
+    return;
+  }
+  waiting_.push_back(std::move(seq));
+}
+
+bool Scheduler::is_finished() const {
+  return waiting_.empty() && rejected_.empty() && running_.empty();
+}
+
+std::pair<std::vector<Sequence*>, bool> Scheduler::schedule() {
+  for (auto& seq : rejected_) {
+    finish(*seq, FinishReason::ERROR);
+    finished_.push_back(std::move(seq));
+  }
+  rejected_.clear();
+
+  std::vector<Sequence*> scheduled;
+  // Prefill: the partial prefill first, then waiting sequences in FIFO order.
+  int budget = config_.max_num_batched_tokens;
+  Sequence* partial = std::exchange(prefilling_, nullptr);
+  if (partial != nullptr) {
+    int remaining = partial->num_tokens() - partial->num_cached_tokens;
+    NV_CHECK(remaining > 0);
+    partial->num_scheduled_tokens = std::min(remaining, budget);
+    budget -= partial->num_scheduled_tokens;
+    scheduled.push_back(partial);
+    if (partial->num_scheduled_tokens < remaining) prefilling_ = partial;
+  }
+  while (prefilling_ == nullptr && budget > 0 && !waiting_.empty() &&
+         int(running_.size()) < config_.max_num_seqs) {
+    Sequence& seq = *waiting_.front();
+    if (!block_manager_.can_allocate(seq)) break;
+    block_manager_.allocate(seq);
+    int remaining = seq.num_tokens() - seq.num_cached_tokens;
+    seq.num_scheduled_tokens = std::min(remaining, budget);
+    budget -= seq.num_scheduled_tokens;
+    seq.status = SequenceStatus::RUNNING;
+    running_.push_back(std::move(waiting_.front()));
+    waiting_.pop_front();
+    scheduled.push_back(&seq);
+    if (seq.num_scheduled_tokens < remaining) prefilling_ = &seq;  // a chunk; ends the step
+  }
+  if (!scheduled.empty()) return {std::move(scheduled), true};
+
+  // Decode: every running sequence, one token each; preempt the newest when blocks run out.
+  NV_CHECK(int(running_.size()) <= config_.max_num_seqs);
+  std::deque<std::unique_ptr<Sequence>> kept;
+  while (!running_.empty()) {
+    std::unique_ptr<Sequence> seq = std::move(running_.front());
+    running_.pop_front();
+    bool preempted_self = false;
+    while (!block_manager_.can_append(*seq)) {
+      if (!running_.empty()) {
+        std::unique_ptr<Sequence> newest = std::move(running_.back());
+        running_.pop_back();
+        preempt(std::move(newest));
+      } else {
+        preempt(std::move(seq));
+        preempted_self = true;
+        break;
+      }
+    }
+    if (preempted_self) break;
+    block_manager_.may_append(*seq);
+    seq->num_scheduled_tokens = 1;
+    scheduled.push_back(seq.get());
+    kept.push_back(std::move(seq));
+  }
+  running_ = std::move(kept);
+  return {std::move(scheduled), false};
+}
+
+void Scheduler::postprocess(const std::vector<Sequence*>& seqs,
+                            const std::vector<int32_t>& token_ids, bool is_prefill) {
+  NV_CHECK(seqs.size() == token_ids.size(), "{} seqs, {} tokens", seqs.size(), token_ids.size());
+  std::vector<Sequence*> finished;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    Sequence& seq = *seqs[i];
+    NV_CHECK(seq.status == SequenceStatus::RUNNING, "seq {} is not running", seq.seq_id);
+    if (is_prefill) {
+      seq.num_cached_tokens += seq.num_scheduled_tokens;
+      NV_CHECK(seq.num_cached_tokens <= seq.num_tokens());
+      block_manager_.cache_blocks(seq);  // the chunk's full blocks are computed now
+      if (seq.num_cached_tokens < seq.num_tokens()) continue;  // partial prefill: no token yet
+    } else {
+      NV_CHECK(seq.num_cached_tokens == seq.num_tokens() - 1);
+      seq.num_cached_tokens = seq.num_tokens();
+    }
+    int32_t token = token_ids[i];
+    seq.append_token(token);
+    if (!seq.sampling.ignore_eos && is_eos(token)) {
+      finish(seq, FinishReason::STOP);
+    } else if (seq.num_completion_tokens() >= seq.sampling.max_tokens ||
+               seq.num_tokens() >= config_.max_model_len) {
+      finish(seq, FinishReason::LENGTH);
+    } else {
+      continue;
+    }
+    finished.push_back(&seq);
+  }
+  for (Sequence* seq : finished) {
+    auto it = std::find_if(running_.begin(), running_.end(),
+                           [&](const std::unique_ptr<Sequence>& s) { return s.get() == seq; });
+    NV_CHECK(it != running_.end(), "finished seq {} is not running", seq->seq_id);
+    finished_.push_back(std::move(*it));
+    running_.erase(it);
+  }
+}
+
+std::vector<std::unique_ptr<Sequence>> Scheduler::take_finished() {
+  return std::exchange(finished_, {});
+}
+
+void Scheduler::preempt(std::unique_ptr<Sequence> seq) {
+  NV_CHECK(seq.get() != prefilling_);
+  seq->status = SequenceStatus::WAITING;
+  seq->num_scheduled_tokens = 0;
+  block_manager_.deallocate(*seq);
+  waiting_.push_front(std::move(seq));
+  ++num_preemptions_;
+}
+
+void Scheduler::finish(Sequence& seq, FinishReason reason) {
+  seq.status = SequenceStatus::FINISHED;
+  seq.finish_reason = reason;
+  block_manager_.deallocate(seq);
+}
+
+bool Scheduler::is_eos(int32_t token_id) const {
+  return std::find(config_.eos_token_ids.begin(), config_.eos_token_ids.end(), token_id) !=
+         config_.eos_token_ids.end();
+}
+
+}  // namespace nanovllm

@@ -1,0 +1,92 @@
+#pragma once
+// Scheduler: waiting/running queues, prefill first, decode with LIFO preemption (nano-vllm's
+// engine/scheduler.py), plus chunked prefill.
+//
+// Rules:
+//  - add() checks whether a request can ever fit. One that cannot is held aside (it counts as
+//    waiting) and ended with FinishReason::ERROR at the next schedule(), so that the usual loop
+//    (while !is_finished(): schedule, run, postprocess, take_finished) hands it out. It cannot fit
+//    when max_tokens < 1, when the prompt has max_model_len tokens or more (prompt + completion
+//    never exceed max_model_len), or when its KV at its longest, min(prompt + max_tokens,
+//    max_model_len) - 1 tokens (the last sampled token is never computed), needs more blocks than
+//    the whole cache. Every other request finishes: a running sequence alone can always append, a
+//    waiting one alone can always allocate, so preemption cannot loop forever.
+//  - Prefill first. Running holds at most max_num_seqs sequences. A step takes, in order: the one
+//    sequence whose prefill is partial (if any), then waiting sequences in FIFO order while the
+//    token budget (max_num_batched_tokens) remains, running < max_num_seqs and their blocks can be
+//    allocated (no skipping). Each computes tokens [num_cached_tokens, num_tokens); the first one
+//    that does not fit takes the rest of the budget as a chunk and ends the step. It keeps all its
+//    blocks (allocated for the whole prompt at admission) and continues first in the next step, so
+//    at most one prefill is partial at a time and no decode step runs while one is.
+//  - Decode only when no prefill is scheduled: every running sequence, in order, one token each.
+//    When a block cannot be appended the newest running sequence is preempted (deallocated, status
+//    WAITING, pushed to the front of waiting; its tokens so far are recomputed on resume); a
+//    sequence that is the only one left preempts itself.
+//  - postprocess(): prefill advances num_cached_tokens by the chunk and publishes the computed full
+//    blocks in the prefix cache; a chunk short of num_tokens ignores its token. Then the token is
+//    appended; eos (unless ignore_eos) -> STOP, max_tokens or max_model_len tokens -> LENGTH.
+//  - What a step computes (for ModelRunner): prefill, tokens [num_cached_tokens, num_cached_tokens +
+//    num_scheduled_tokens) of each seq, whose token counts only when that reaches num_tokens();
+//    decode, token num_tokens() - 1 (num_cached_tokens == num_tokens() - 1). block_table always
+//    covers every token computed.
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "engine/block_manager.h"
+#include "engine/sequence.h"
+
+namespace nanovllm {
+
+struct SchedulerConfig {
+  int max_num_seqs;
+  int max_num_batched_tokens;
+  int max_model_len;
+  int num_blocks;
+  int block_size;
+  bool enable_prefix_caching;
+  std::vector<int> eos_token_ids;
+};
+
+class Scheduler {
+ public:
+  explicit Scheduler(const SchedulerConfig& config);
+
+  // Queues seq (or, when it can never fit, sets it to end with ERROR at the next schedule()).
+  void add(std::unique_ptr<Sequence> seq);
+  // No waiting and no running sequence.
+  bool is_finished() const;
+  // The next step: sequences and whether it is a prefill. Sets each seq's num_scheduled_tokens.
+  // Empty when nothing can run: nothing is left after ending the requests that can never fit (or a
+  // lone sequence just preempted itself, which add()'s check rules out).
+  // The pointers stay valid until take_finished() hands the sequence out.
+  std::pair<std::vector<Sequence*>, bool> schedule();
+  // Applies one step's sampled tokens (token_ids[i] for seqs[i]).
+  void postprocess(const std::vector<Sequence*>& seqs, const std::vector<int32_t>& token_ids,
+                   bool is_prefill);
+  // Finished since the last call, in finishing order (errors included).
+  std::vector<std::unique_ptr<Sequence>> take_finished();
+
+  int64_t num_preemptions() const { return num_preemptions_; }
+  const BlockManager& block_manager() const { return block_manager_; }
+  size_t num_waiting() const { return waiting_.size() + rejected_.size(); }
+  size_t num_running() const { return running_.size(); }
+
+ private:
+  void preempt(std::unique_ptr<Sequence> seq);
+  void finish(Sequence& seq, FinishReason reason);
+  bool is_eos(int32_t token_id) const;
+
+  SchedulerConfig config_;
+  BlockManager block_manager_;
+  std::deque<std::unique_ptr<Sequence>> waiting_;
+  std::vector<std::unique_ptr<Sequence>> rejected_;  // can never fit: ERROR at the next schedule()
+  std::deque<std::unique_ptr<Sequence>> running_;  // oldest first
+  std::vector<std::unique_ptr<Sequence>> finished_;
+  Sequence* prefilling_ = nullptr;  // the running sequence whose prefill is partial, if any
+  int64_t num_preemptions_ = 0;
+};
+
+}  // namespace nanovllm

@@ -1,0 +1,257 @@
+#include "model/hf_config.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <nlohmann/json.hpp>
+
+#include "util/check.h"
+
+namespace nanovllm {
+
+namespace {
+
+using json = nlohmann::json;
+
+constexpr const char* kSupported = "Qwen3ForCausalLM, Qwen2ForCausalLM";
+
+std::string read_text_file(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) fail("{}: cannot open: {}", path, std::strerror(errno));
+  std::string text;
+  char buf[65536];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
+  bool error = std::ferror(f);
+  std::fclose(f);
+  if (error) fail("{}: read failed", path);
+  return text;
+}
+
+// Python's json module (which transformers uses) keeps the last of duplicate keys, as nlohmann
+// does, so config files get the same meaning here as there.
+json parse_object(const std::string& text, const std::string& path) {
+  // nlohmann's lexer takes a NUL byte for the end of input; JSON never holds a raw NUL.
+  if (text.find('\0') != std::string::npos) fail("{}: not valid JSON: holds a NUL byte", path);
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception& e) {
+    fail("{}: not valid JSON: {}", path, e.what());
+  }
+  if (!j.is_object()) fail("{}: not a JSON object", path);
+  return j;
+}
+
+// A JSON value for an error message: scalars as JSON (shortened), arrays by their first
+// elements, objects by name; never recursive (headers may nest deeply).
+std::string brief(const json& v) {
+  if (v.is_object()) return "an object";
+  if (v.is_array()) {
+    std::string s = "[";
+    size_t i = 0;
+    for (const json& x : v) {
+      if (i) s += ", ";
+      if (i++ == 4) return s + "...]";
+      s += x.is_structured() ? (x.is_array() ? "[...]" : "{...}")
+                             : x.dump(-1, ' ', false, json::error_handler_t::replace);
+    }
+    return s + "]";
+  }
+  std::string s = v.dump(-1, ' ', false, json::error_handler_t::replace);
+  return s.size() > 60 ? s.substr(0, 57) + "..." : s;
+}
+
+// A field of `obj`, or nullptr when absent or null (HF writes null for "not set").
+const json* field(const json& obj, const char* name) {
+  auto it = obj.find(name);
+  return it == obj.end() || it->is_null() ? nullptr : &*it;
+}
+
+int as_int(const json& v, const std::string& path, const std::string& name) {
+  if (!v.is_number_integer() || v.get<int64_t>() < std::numeric_limits<int>::min() ||
+      v.get<int64_t>() > std::numeric_limits<int>::max())
+    fail("{}: field '{}' must be an integer, got {}", path, name, brief(v));
+  return int(v.get<int64_t>());
+}
+
+double as_number(const json& v, const std::string& path, const std::string& name) {
+  if (!v.is_number()) fail("{}: field '{}' must be a number, got {}", path, name, brief(v));
+  return v.get<double>();
+}
+
+bool as_bool(const json& v, const std::string& path, const std::string& name) {
+  if (!v.is_boolean()) fail("{}: field '{}' must be true or false, got {}", path, name, brief(v));
+  return v.get<bool>();
+}
+
+int positive_int(const json& obj, const char* name, const std::string& path) {
+  const json* v = field(obj, name);
+  if (!v) fail("{}: missing field '{}'", path, name);
+  int x = as_int(*v, path, name);
+  if (x <= 0) fail("{}: field '{}' must be positive, got {}", path, name, x);
+  return x;
+}
+
+// eos_token_id: an int or a list of ints (absent or null: none).
+std::vector<int> eos_ids(const json& obj, const std::string& path) {
+  std::vector<int> ids;
+  const json* v = field(obj, "eos_token_id");
+  if (!v) return ids;
+  if (v->is_array()) {
+    for (const json& x : *v) ids.push_back(as_int(x, path, "eos_token_id"));
+  } else {
+    ids.push_back(as_int(*v, path, "eos_token_id"));
+  }
+  for (int id : ids)
+    if (id < 0) fail("{}: field 'eos_token_id' holds a negative id {}", path, id);
+  return ids;
+}
+
+// Rope scaling other than none/"default" changes the frequencies; we only implement plain RoPE.
+void check_rope_type(const json& obj, const std::string& path, const std::string& where) {
+  const json* t = field(obj, "rope_type");
+  const char* key = "rope_type";
+  if (!t) {
+    t = field(obj, "type");  // the older spelling
+    key = "type";
+  }
+  if (!t) return;
+  if (!t->is_string())
+    fail("{}: field '{}.{}' must be a string, got {}", path, where, key, brief(*t));
+  if (t->get<std::string>() != "default")
+    fail("{}: rope scaling '{}' is not supported (field '{}.{}'; only default RoPE is)", path,
+         t->get<std::string>(), where, key);
+}
+
+double rope_theta(const json& j, const std::string& path) {
+  std::optional<double> top, nested;
+  if (const json* v = field(j, "rope_theta")) top = as_number(*v, path, "rope_theta");
+  if (const json* s = field(j, "rope_scaling")) {
+    if (!s->is_object()) fail("{}: field 'rope_scaling' must be an object or null", path);
+    check_rope_type(*s, path, "rope_scaling");
+  }
+  if (const json* p = field(j, "rope_parameters")) {
+    if (!p->is_object()) fail("{}: field 'rope_parameters' must be an object or null", path);
+    check_rope_type(*p, path, "rope_parameters");
+    if (const json* v = field(*p, "rope_theta"))
+      nested = as_number(*v, path, "rope_parameters.rope_theta");
+    else if (!top)
+      fail("{}: field 'rope_parameters' has no 'rope_theta'", path);
+  }
+  if (top && nested && *top != *nested)
+    fail("{}: fields 'rope_theta' ({}) and 'rope_parameters.rope_theta' ({}) disagree", path, *top,
+         *nested);
+  double theta = nested ? *nested : top ? *top : 10000.0;
+  if (!(theta > 0) || !std::isfinite(theta))
+    fail("{}: field 'rope_theta' must be positive, got {}", path, theta);
+  return theta;
+}
+
+}  // namespace
+
+ModelConfig parse_model_config(const std::string& json_text, const std::string& path) {
+  json j = parse_object(json_text, path);
+  ModelConfig c;
+
+  const json* archs = field(j, "architectures");
+  if (!archs) fail("{}: missing field 'architectures' (supported: {})", path, kSupported);
+  if (!archs->is_array() || archs->empty() || !(*archs)[0].is_string())
+    fail("{}: field 'architectures' must be a non-empty list of strings, got {}", path,
+         brief(*archs));
+  c.architecture = (*archs)[0].get<std::string>();
+  const bool qwen3 = c.architecture == "Qwen3ForCausalLM";
+  const bool qwen2 = c.architecture == "Qwen2ForCausalLM";
+  if (!qwen3 && !qwen2)
+    fail("{}: architecture '{}' is not supported (field 'architectures'; supported: {})", path,
+         c.architecture, kSupported);
+
+  c.hidden_size = positive_int(j, "hidden_size", path);
+  c.num_hidden_layers = positive_int(j, "num_hidden_layers", path);
+  c.num_attention_heads = positive_int(j, "num_attention_heads", path);
+  c.intermediate_size = positive_int(j, "intermediate_size", path);
+  c.vocab_size = positive_int(j, "vocab_size", path);
+  c.max_position_embeddings = positive_int(j, "max_position_embeddings", path);
+  c.num_key_value_heads = field(j, "num_key_value_heads")
+                              ? positive_int(j, "num_key_value_heads", path)
+                              : c.num_attention_heads;
+  if (c.num_attention_heads % c.num_key_value_heads != 0)
+    fail("{}: field 'num_attention_heads' ({}) must be a multiple of 'num_key_value_heads' ({})",
+         path, c.num_attention_heads, c.num_key_value_heads);
+  if (field(j, "head_dim")) {
+    c.head_dim = positive_int(j, "head_dim", path);
+  } else {
+    if (c.hidden_size % c.num_attention_heads != 0)
+      fail(
+          "{}: no field 'head_dim' and 'hidden_size' ({}) is not a multiple of "
+          "'num_attention_heads' ({})",
+          path, c.hidden_size, c.num_attention_heads);
+    c.head_dim = c.hidden_size / c.num_attention_heads;
+  }
+  if (c.head_dim % 2 != 0)
+    fail("{}: field 'head_dim' must be even for RoPE, got {}", path, c.head_dim);
+
+  if (const json* v = field(j, "rms_norm_eps")) {
+    c.rms_norm_eps = as_number(*v, path, "rms_norm_eps");
+    if (!(c.rms_norm_eps > 0) || !std::isfinite(c.rms_norm_eps))
+      fail("{}: field 'rms_norm_eps' must be positive, got {}", path, c.rms_norm_eps);
+  }
+  c.rope_theta = rope_theta(j, path);
+  if (const json* v = field(j, "hidden_act")) {
+    if (!v->is_string() || v->get<std::string>() != "silu")
+      fail("{}: field 'hidden_act' is {}; only \"silu\" is supported", path, brief(*v));
+  }
+  if (const json* v = field(j, "use_sliding_window"); v && as_bool(*v, path, "use_sliding_window"))
+    fail("{}: field 'use_sliding_window' is true; sliding-window attention is not supported", path);
+
+  // Qwen2 checkpoints carry q/k/v biases (transformers hard-codes them); Qwen3 reads the flag.
+  c.attention_bias = qwen2;
+  if (const json* v = field(j, "attention_bias"))
+    c.attention_bias = as_bool(*v, path, "attention_bias");
+  c.qk_norm = qwen3;
+  if (const json* v = field(j, "tie_word_embeddings"))
+    c.tie_word_embeddings = as_bool(*v, path, "tie_word_embeddings");
+  const char* dtype_key = field(j, "torch_dtype") ? "torch_dtype" : "dtype";
+  if (const json* v = field(j, dtype_key)) {
+    if (!v->is_string())
+      fail("{}: field '{}' must be a string, got {}", path, dtype_key, brief(*v));
+    c.torch_dtype = v->get<std::string>();
+  }
+  c.eos_token_ids = eos_ids(j, path);
+  for (int id : c.eos_token_ids)
+    if (id >= c.vocab_size)
+      fail("{}: field 'eos_token_id' holds {}, outside the vocabulary of {}", path, id,
+           c.vocab_size);
+  return c;
+}
+
+ModelConfig load_model_config(const std::string& folder) {
+  std::string path = (std::filesystem::path(folder) / "config.json").string();
+  return parse_model_config(read_text_file(path), path);
+}
+
+GenerationConfig load_generation_config(const std::string& folder) {
+  std::string path = (std::filesystem::path(folder) / "generation_config.json").string();
+  GenerationConfig g;
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return g;
+  json j = parse_object(read_text_file(path), path);
+  g.eos_token_ids = eos_ids(j, path);
+  if (const json* v = field(j, "temperature")) {
+    g.temperature = float(as_number(*v, path, "temperature"));
+    if (!(*g.temperature >= 0) || !std::isfinite(*g.temperature))
+      fail("{}: field 'temperature' must be >= 0, got {}", path, *g.temperature);
+  }
+  if (const json* v = field(j, "top_k")) g.top_k = as_int(*v, path, "top_k");
+  if (const json* v = field(j, "top_p")) {
+    g.top_p = float(as_number(*v, path, "top_p"));
+    if (!(*g.top_p > 0 && *g.top_p <= 1))
+      fail("{}: field 'top_p' must be in (0, 1], got {}", path, *g.top_p);
+  }
+  return g;
+}
+
+}  // namespace nanovllm

@@ -1,0 +1,32 @@
+#pragma once
+// make-model: writes a Hugging Face model folder (config.json, generation_config.json, bf16
+// safetensors) with deterministic random weights, so that the whole engine can be tested and
+// benchmarked without downloading a checkpoint. Tensor names, shapes and config fields are
+// exactly those of the Hugging Face Qwen3 / Qwen2 checkpoints.
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace nanovllm {
+
+struct MakeModelOptions {
+  // "tiny": Qwen3, 2 layers, hidden 64, 4 heads, 2 kv heads, head_dim 32 (!= hidden/heads),
+  //         intermediate 128, vocab 512, tied embeddings.
+  // "tiny-qwen2": Qwen2 with q/k/v biases and an untied lm_head, 2 layers, hidden 64, 4 heads,
+  //         2 kv heads (head_dim 16 = hidden/heads), intermediate 96, vocab 384.
+  // "qwen3-0.6b": exactly the shapes and config of Qwen/Qwen3-0.6B.
+  std::string preset = "tiny";
+  // Overrides of the preset (unset: the preset's value).
+  std::optional<int> layers, hidden, heads, kv_heads, head_dim, intermediate, vocab;
+  std::optional<bool> qkv_bias, tie_embeddings;
+  std::string architecture;  // "Qwen3ForCausalLM" | "Qwen2ForCausalLM"; empty: the preset's
+  uint64_t seed = 0;         // same seed and shapes: byte-identical weights
+  int shards = 1;            // > 1: model-0000i-of-0000N.safetensors + model.safetensors.index.json
+  std::string out;           // the folder to write (created)
+};
+
+// Writes the folder. Throws Error for an unknown preset or an invalid combination (the config is
+// validated by parse_model_config before any weights are written).
+void make_model(const MakeModelOptions& options);
+
+}  // namespace nanovllm

@@ -1,0 +1,141 @@
+#include "model/qwen3.h"
+
+#include <cmath>
+
+namespace nanovllm {
+
+namespace {
+
+// cos/sin of the rotate-half RoPE: row p = [cos(p f_0) .. cos(p f_{D/2-1}), sin(...) ...],
+// f_j = theta^(-2j / D).
+std::vector<float> rope_table(int max_position, int head_dim, double theta) {
+  const int half = head_dim / 2;
+  std::vector<float> t(size_t(max_position) * head_dim);
+  for (int j = 0; j < half; ++j) {
+    double inv_freq = std::pow(theta, -2.0 * j / head_dim);
+    for (int p = 0; p < max_position; ++p) {
+      double a = p * inv_freq;
+      t[size_t(p) * head_dim + j] = float(std::cos(a));
+      t[size_t(p) * head_dim + half + j] = float(std::sin(a));
+    }
+  }
+  return t;
+}
+
+Tensor carve(char*& cursor, DType dtype, std::initializer_list<int64_t> shape, DeviceKind device) {
+  Tensor t = Tensor::contiguous(cursor, dtype, shape, device);
+  cursor += (t.nbytes() + 63) / 64 * 64;
+  return t;
+}
+
+}  // namespace
+
+Qwen3Model::Qwen3Model(const ModelConfig& config, ModelWeights weights, Backend& backend,
+                       int max_position)
+    : config_(config), weights_(std::move(weights)), backend_(backend) {
+  NV_CHECK(config.head_dim % 2 == 0, "head_dim {}", config.head_dim);
+  std::vector<float> table = rope_table(max_position, config.head_dim, config.rope_theta);
+  cos_sin_buf_ = backend.alloc(table.size() * sizeof(float));
+  cos_sin_ = cos_sin_buf_.as(DType::F32, {max_position, config.head_dim});
+  backend.upload(cos_sin_, table.data());
+}
+
+void Qwen3Model::reserve(int num_tokens, int num_seqs) {
+  if (num_tokens <= capacity_tokens_ && num_seqs <= capacity_seqs_) return;
+  const int64_t T = std::max(num_tokens, capacity_tokens_);
+  const int64_t B = std::max(num_seqs, capacity_seqs_);
+  const int64_t H = config_.hidden_size, D = config_.head_dim, I = config_.intermediate_size;
+  const int64_t qkv = int64_t(config_.num_attention_heads + 2 * config_.num_key_value_heads) * D;
+  const int64_t q = int64_t(config_.num_attention_heads) * D;
+  const DType act = backend_.activation_dtype();
+  const int64_t a = int64_t(dtype_size(act));
+  const int64_t bytes = 64 * 8 + a * (T * (2 * H + qkv + q + 3 * I) + B * H) +
+                        4 * B * int64_t(config_.vocab_size);
+  workspace_ = backend_.alloc(size_t(bytes));
+  char* cursor = static_cast<char*>(workspace_.data());
+  const DeviceKind dev = backend_.device();
+  hidden_ = carve(cursor, act, {T, H}, dev);
+  residual_ = carve(cursor, act, {T, H}, dev);
+  qkv_ = carve(cursor, act, {T, qkv}, dev);
+  attn_out_ = carve(cursor, act, {T, q}, dev);
+  gate_up_ = carve(cursor, act, {T, 2 * I}, dev);
+  mlp_act_ = carve(cursor, act, {T, I}, dev);
+  last_hidden_ = carve(cursor, act, {B, H}, dev);
+  logits_ = carve(cursor, DType::F32, {B, config_.vocab_size}, dev);
+  capacity_tokens_ = int(T);
+  capacity_seqs_ = int(B);
+}
+
+Tensor Qwen3Model::forward(const ForwardBatch& batch, const std::vector<LayerKVCache>& kv_cache) {
+  NV_CHECK(int(kv_cache.size()) == config_.num_hidden_layers);
+  reserve(batch.num_tokens, batch.num_seqs);
+  const int64_t T = batch.num_tokens, B = batch.num_seqs;
+  Tensor hidden = hidden_.slice_rows(0, T);      // [T, H]
+  Tensor residual = residual_.slice_rows(0, T);  // [T, H]
+  const float eps = float(config_.rms_norm_eps);
+
+  backend_.embedding(hidden, batch.input_ids, weights_.embed_tokens);
+  for (int i = 0; i < config_.num_hidden_layers; ++i) {
+    const LayerWeights& l = weights_.layers[i];
+    if (i == 0) {  // residual = hidden; hidden = input_layernorm(hidden)
+      backend_.copy(residual, hidden);
+      backend_.rms_norm(hidden, hidden, l.input_layernorm, eps);
+    } else {
+      backend_.add_rms_norm(hidden, residual, l.input_layernorm, eps);
+    }
+    attention(i, batch, kv_cache[i], hidden);
+    backend_.add_rms_norm(hidden, residual, l.post_attention_layernorm, eps);
+    mlp(i, hidden);
+  }
+  backend_.add_rms_norm(hidden, residual, weights_.norm, eps);
+
+  Tensor last = last_hidden_.slice_rows(0, B);  // [B, H]
+  backend_.gather_rows(last, hidden, batch.last_token_indices);
+  Tensor logits = logits_.slice_rows(0, B);     // f32 [B, V]
+  backend_.linear(logits, last, weights_.output_projection(), nullptr);
+  return logits;
+}
+
+// hidden [T, H] -> hidden = o_proj(attn(rope(norm(q)), rope(norm(k)), v))
+void Qwen3Model::attention(int layer, const ForwardBatch& batch, const LayerKVCache& cache,
+                           Tensor hidden) {
+  const LayerWeights& l = weights_.layers[layer];
+  const int64_t T = batch.num_tokens, D = config_.head_dim;
+  const int64_t hq = config_.num_attention_heads, hkv = config_.num_key_value_heads;
+  Tensor qkv = qkv_.slice_rows(0, T);  // [T, (Hq + 2 Hkv) D]
+  backend_.linear(qkv, hidden, l.qkv_proj, l.qkv_bias.data ? &l.qkv_bias : nullptr);
+  Tensor q = qkv.slice_last(0, hq * D).unflatten_last(hq);                  // [T, Hq, D]
+  Tensor k = qkv.slice_last(hq * D, (hq + hkv) * D).unflatten_last(hkv);    // [T, Hkv, D]
+  Tensor v = qkv.slice_last((hq + hkv) * D, (hq + 2 * hkv) * D).unflatten_last(hkv);
+  const float eps = float(config_.rms_norm_eps);
+  if (l.q_norm.data) {
+    backend_.rms_norm(q, q, l.q_norm, eps);
+    backend_.rms_norm(k, k, l.k_norm, eps);
+  }
+  backend_.rope(q, batch.positions, cos_sin_);
+  backend_.rope(k, batch.positions, cos_sin_);
+  backend_.store_kv(k, v, cache, batch);
+
+  Tensor out = attn_out_.slice_rows(0, T);  // [T, Hq D]
+  Tensor out3 = out.unflatten_last(hq);      // [T, Hq, D]
+  const float scale = 1.0f / std::sqrt(float(D));
+  if (batch.is_prefill) {
+    backend_.attention_prefill(out3, q, cache, batch, scale);
+  } else {
+    backend_.attention_decode(out3, q, cache, batch, scale);
+  }
+  backend_.linear(hidden, out, l.o_proj, nullptr);
+}
+
+// hidden [T, H] -> hidden = down(silu(gate(hidden)) * up(hidden))
+void Qwen3Model::mlp(int layer, Tensor hidden) {
+  const LayerWeights& l = weights_.layers[layer];
+  const int64_t T = hidden.size(0);
+  Tensor gate_up = gate_up_.slice_rows(0, T);  // [T, 2 I]
+  Tensor act = mlp_act_.slice_rows(0, T);      // [T, I]
+  backend_.linear(gate_up, hidden, l.gate_up_proj, nullptr);
+  backend_.silu_and_mul(act, gate_up);
+  backend_.linear(hidden, act, l.down_proj, nullptr);
+}
+
+}  // namespace nanovllm

@@ -1,0 +1,47 @@
+#pragma once
+// Qwen3 (and Qwen2) decoder, written once against the Backend interface.
+// Qwen3: per-head RMSNorm of q and k before RoPE. Qwen2: q/k/v biases, no q/k norm.
+#include <vector>
+
+#include "backend/backend.h"
+#include "engine/forward_batch.h"
+#include "model/hf_config.h"
+#include "model/weights.h"
+
+namespace nanovllm {
+
+class Qwen3Model {
+ public:
+  // max_position: RoPE table length (max_model_len).
+  Qwen3Model(const ModelConfig& config, ModelWeights weights, Backend& backend, int max_position);
+
+  // Runs one step and returns the logits of each sequence's last token: f32 [num_seqs, V]
+  // (a view into the model's workspace, valid until the next call). kv_cache: one per layer.
+  Tensor forward(const ForwardBatch& batch, const std::vector<LayerKVCache>& kv_cache);
+
+  const ModelConfig& config() const { return config_; }
+
+ private:
+  void reserve(int num_tokens, int num_seqs);  // grows the workspace
+  void attention(int layer, const ForwardBatch& batch, const LayerKVCache& cache, Tensor hidden);
+  void mlp(int layer, Tensor hidden);
+
+  ModelConfig config_;
+  ModelWeights weights_;
+  Backend& backend_;
+  Buffer cos_sin_buf_;
+  Tensor cos_sin_;          // f32 [max_position, D]
+  int capacity_tokens_ = 0;
+  int capacity_seqs_ = 0;
+  Buffer workspace_;
+  Tensor hidden_;           // act [T, H]
+  Tensor residual_;         // act [T, H]
+  Tensor qkv_;              // act [T, (Hq + 2 Hkv) D]
+  Tensor attn_out_;         // act [T, Hq D]
+  Tensor gate_up_;          // act [T, 2 I]
+  Tensor mlp_act_;          // act [T, I]
+  Tensor last_hidden_;      // act [B, H]
+  Tensor logits_;           // f32 [B, V]
+};
+
+}  // namespace nanovllm

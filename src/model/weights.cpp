@@ -1,0 +1,119 @@
+#include "model/weights.h"
+
+#include <cstring>
+
+#include <fmt/format.h>
+
+namespace nanovllm {
+
+std::vector<uint16_t> to_bf16(const SafetensorsTensor& t, const std::string& file) {
+  size_t n = size_t(t.numel());
+  std::vector<uint16_t> out(n);
+  switch (t.dtype) {
+    case DType::BF16:
+      std::memcpy(out.data(), t.data, n * 2);
+      break;
+    case DType::F16:
+      for (size_t i = 0; i < n; ++i) {
+        uint16_t h;
+        std::memcpy(&h, t.data + 2 * i, 2);
+        out[i] = f32_to_bf16(f16_to_f32(h));
+      }
+      break;
+    case DType::F32:
+      for (size_t i = 0; i < n; ++i) {
+        float f;
+        std::memcpy(&f, t.data + 4 * i, 4);
+        out[i] = f32_to_bf16(f);
+      }
+      break;
+    default:
+      fail("{}: tensor '{}' has dtype {}; weights must be bf16, f16 or f32", file, t.name,
+           dtype_name(t.dtype));
+  }
+  return out;
+}
+
+namespace {
+
+class Loader {
+ public:
+  Loader(const Checkpoint& ckpt, Backend& backend, ModelWeights& w)
+      : ckpt_(ckpt), backend_(backend), w_(w) {}
+
+  std::vector<uint16_t> read(const std::string& name, std::vector<int64_t> shape) {
+    const SafetensorsTensor& t = ckpt_.get(name, shape);
+    return to_bf16(t, ckpt_.file_of(name));
+  }
+
+  // Rows of several [n_i, k] tensors stacked into one [sum n_i, k] linear weight.
+  LinearWeight linear(const std::vector<std::string>& names, const std::vector<int64_t>& rows,
+                      int64_t k) {
+    std::vector<uint16_t> all;
+    int64_t n = 0;
+    for (size_t i = 0; i < names.size(); ++i) {
+      std::vector<uint16_t> part = read(names[i], {rows[i], k});
+      all.insert(all.end(), part.begin(), part.end());
+      n += rows[i];
+    }
+    return backend_.make_linear_weight(
+        Tensor::contiguous(all.data(), DType::BF16, {n, k}, DeviceKind::CPU));
+  }
+
+  // A small bf16 vector (norm weight, bias) concatenated from several tensors.
+  Tensor vector(const std::vector<std::string>& names, const std::vector<int64_t>& sizes) {
+    std::vector<uint16_t> all;
+    for (size_t i = 0; i < names.size(); ++i) {
+      std::vector<uint16_t> part = read(names[i], {sizes[i]});
+      all.insert(all.end(), part.begin(), part.end());
+    }
+    Buffer buf = backend_.alloc(all.size() * 2);
+    Tensor t = buf.as(DType::BF16, {int64_t(all.size())});
+    backend_.upload(t, all.data());
+    w_.small.push_back(std::move(buf));
+    return t;
+  }
+
+ private:
+  const Checkpoint& ckpt_;
+  Backend& backend_;
+  ModelWeights& w_;
+};
+
+}  // namespace
+
+ModelWeights load_weights(const Checkpoint& checkpoint, const ModelConfig& c, Backend& backend) {
+  ModelWeights w;
+  Loader load(checkpoint, backend, w);
+  const int64_t H = c.hidden_size, D = c.head_dim, I = c.intermediate_size, V = c.vocab_size;
+  const int64_t q_rows = int64_t(c.num_attention_heads) * D;
+  const int64_t kv_rows = int64_t(c.num_key_value_heads) * D;
+
+  w.embed_tokens = load.linear({"model.embed_tokens.weight"}, {V}, H);
+  if (!c.tie_word_embeddings) w.lm_head = load.linear({"lm_head.weight"}, {V}, H);
+  w.norm = load.vector({"model.norm.weight"}, {H});
+  for (int i = 0; i < c.num_hidden_layers; ++i) {
+    const std::string p = fmt::format("model.layers.{}.", i);
+    LayerWeights& l = w.layers.emplace_back();
+    l.qkv_proj = load.linear({p + "self_attn.q_proj.weight", p + "self_attn.k_proj.weight",
+                              p + "self_attn.v_proj.weight"},
+                             {q_rows, kv_rows, kv_rows}, H);
+    if (c.attention_bias) {
+      l.qkv_bias = load.vector(
+          {p + "self_attn.q_proj.bias", p + "self_attn.k_proj.bias", p + "self_attn.v_proj.bias"},
+          {q_rows, kv_rows, kv_rows});
+    }
+    l.o_proj = load.linear({p + "self_attn.o_proj.weight"}, {H}, q_rows);
+    l.gate_up_proj = load.linear({p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"}, {I, I}, H);
+    l.down_proj = load.linear({p + "mlp.down_proj.weight"}, {H}, I);
+    l.input_layernorm = load.vector({p + "input_layernorm.weight"}, {H});
+    l.post_attention_layernorm = load.vector({p + "post_attention_layernorm.weight"}, {H});
+    if (c.qk_norm) {
+      l.q_norm = load.vector({p + "self_attn.q_norm.weight"}, {D});
+      l.k_norm = load.vector({p + "self_attn.k_norm.weight"}, {D});
+    }
+  }
+  return w;
+}
+
+}  // namespace nanovllm

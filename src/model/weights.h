@@ -1,0 +1,42 @@
+#pragma once
+// Model weights on a backend: read from the checkpoint, shape-checked against config.json,
+// converted to bf16, q/k/v fused into one projection and gate/up into one (nano-vllm's packed
+// modules), and handed to the backend in its GEMM layout. A tied lm_head shares the embedding.
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/hf_config.h"
+#include "model/safetensors.h"
+
+namespace nanovllm {
+
+struct LayerWeights {
+  LinearWeight qkv_proj;      // [(Hq + 2 Hkv) * D, H]: q rows, then k rows, then v rows
+  Tensor qkv_bias;            // bf16 [(Hq + 2 Hkv) * D] (Qwen2), else data == nullptr
+  LinearWeight o_proj;        // [H, Hq * D]
+  LinearWeight gate_up_proj;  // [2 I, H]: gate rows, then up rows
+  LinearWeight down_proj;     // [H, I]
+  Tensor input_layernorm;     // bf16 [H]
+  Tensor post_attention_layernorm;  // bf16 [H]
+  Tensor q_norm;              // bf16 [D] (Qwen3), else data == nullptr
+  Tensor k_norm;              // bf16 [D] (Qwen3), else data == nullptr
+};
+
+struct ModelWeights {
+  LinearWeight embed_tokens;  // [V, H]; also the lm_head when tied
+  LinearWeight lm_head;       // [V, H] when untied (n == 0 when tied)
+  Tensor norm;                // bf16 [H]
+  std::vector<LayerWeights> layers;
+  std::vector<Buffer> small;  // storage of the norms and biases
+
+  const LinearWeight& output_projection() const { return lm_head.n ? lm_head : embed_tokens; }
+};
+
+// Throws Error naming the file and tensor for a missing tensor or a shape that does not match
+// the config.
+ModelWeights load_weights(const Checkpoint& checkpoint, const ModelConfig& config, Backend& backend);
+
+// Tensor contents as bf16 bits (converted from f16/f32 where needed). Error for other dtypes.
+std::vector<uint16_t> to_bf16(const SafetensorsTensor& t, const std::string& file);
+
+}  // namespace nanovllm

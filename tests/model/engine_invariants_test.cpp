@@ -1,0 +1,130 @@
+// Engine features shown invisible: greedy outputs identical with each on and off.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <random>
+
+#include "engine/llm_engine.h"
+#include "model/model_fixture.h"
+#include "nanovllm/llm.h"
+
+namespace nanovllm {
+namespace {
+
+using Prompts = std::vector<std::vector<int32_t>>;
+
+std::vector<int32_t> random_tokens(std::mt19937& rng, int n, int vocab) {
+  std::vector<int32_t> p(static_cast<size_t>(n));
+  for (int32_t& t : p) t = std::uniform_int_distribution<int32_t>(0, vocab - 1)(rng);
+  return p;
+}
+
+std::vector<std::vector<int32_t>> greedy(const Config& config, const Prompts& prompts, int max_tokens,
+                                         int64_t* preemptions = nullptr) {
+  LLM llm(config);
+  SamplingParams sp;
+  sp.temperature = 0.0f;
+  sp.max_tokens = max_tokens;
+  sp.ignore_eos = true;
+  std::vector<std::vector<int32_t>> ids;
+  for (const GenerationOutput& o : llm.generate(prompts, {sp})) {
+    EXPECT_EQ(o.finish_reason, "length") << o.error;
+    ids.push_back(o.token_ids);
+  }
+  if (preemptions) *preemptions = llm.engine().scheduler().num_preemptions();
+  // Everything freed at the end.
+  EXPECT_EQ(llm.engine().scheduler().block_manager().num_free_blocks(),
+            llm.engine().model_runner().num_kv_blocks());
+  return ids;
+}
+
+class Invariants : public ::testing::Test {
+ protected:
+  std::string model = test::tiny_model("tiny");
+  Config config = test::tiny_config(model);
+  std::mt19937 rng{1234};
+  int vocab = test::vocab_size(model);
+};
+
+TEST_F(Invariants, PrefixCacheOnEqualsOff) {
+  // Prompts sharing long prefixes, and a repeated prompt whose length is a multiple of the
+  // block size (16).
+  std::vector<int32_t> shared = random_tokens(rng, 40, vocab);
+  Prompts prompts;
+  for (int i = 0; i < 4; ++i) {
+    std::vector<int32_t> p = shared;
+    std::vector<int32_t> tail = random_tokens(rng, 3 + 5 * i, vocab);
+    p.insert(p.end(), tail.begin(), tail.end());
+    prompts.push_back(p);
+  }
+  std::vector<int32_t> exact = random_tokens(rng, 32, vocab);
+  prompts.push_back(exact);
+  prompts.push_back(exact);
+  prompts.push_back(shared);
+  // Run twice in one engine so that the second call hits blocks cached by the first.
+  Config on = config, off = config;
+  off.enable_prefix_caching = false;
+  auto want = greedy(off, prompts, 24);
+  LLM llm(on);
+  SamplingParams sp;
+  sp.temperature = 0.0f;
+  sp.max_tokens = 24;
+  sp.ignore_eos = true;
+  for (int round = 0; round < 2; ++round) {
+    auto outs = llm.generate(prompts, {sp});
+    for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(outs[i].token_ids, want[i]) << round << ":" << i;
+  }
+  // One at a time too: each later prompt finds the shared prefix cached.
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    auto outs = llm.generate({prompts[i]}, {sp});
+    EXPECT_EQ(outs[0].token_ids, want[i]) << "alone " << i;
+  }
+}
+
+TEST_F(Invariants, PreemptionEqualsLargeCache) {
+  Prompts prompts;
+  for (int i = 0; i < 6; ++i) prompts.push_back(random_tokens(rng, 20 + 7 * i, vocab));
+  auto want = greedy(config, prompts, 40);
+  Config small = config;
+  // 12 blocks of 16 tokens: every sequence fits alone (<= 4 blocks) but not all together.
+  const int64_t block_bytes = test::kv_block_bytes(model, 16);
+  small.kv_cache_memory = 12 * block_bytes;
+  int64_t preemptions = 0;
+  auto got = greedy(small, prompts, 40, &preemptions);
+  EXPECT_GT(preemptions, 0) << "the small cache should have forced a preemption";
+  EXPECT_EQ(got, want);
+}
+
+TEST_F(Invariants, ChunkedPrefillEqualsLargeBudget) {
+  Prompts prompts = {random_tokens(rng, 150, vocab), random_tokens(rng, 20, vocab),
+                     random_tokens(rng, 97, vocab)};
+  auto want = greedy(config, prompts, 16);
+  Config chunked = config;
+  chunked.max_num_batched_tokens = 32;  // every long prompt is prefilled in chunks
+  EXPECT_EQ(greedy(chunked, prompts, 16), want);
+}
+
+TEST_F(Invariants, BatchEqualsAlone) {
+  Prompts prompts;
+  for (int i = 0; i < 8; ++i) prompts.push_back(random_tokens(rng, 1 + 9 * i, vocab));
+  auto batched = greedy(config, prompts, 20);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    EXPECT_EQ(greedy(config, {prompts[i]}, 20)[0], batched[i]) << "prompt " << i;
+  }
+}
+
+TEST_F(Invariants, SeededSamplingIsReproducibleAndBatchIndependent) {
+  Prompts prompts = {random_tokens(rng, 10, vocab), random_tokens(rng, 30, vocab)};
+  SamplingParams sp;
+  sp.temperature = 0.8f;
+  sp.max_tokens = 16;
+  sp.ignore_eos = true;
+  sp.seed = 42;
+  LLM llm(config);
+  auto together = llm.generate(prompts, {sp});
+  auto alone = llm.generate({prompts[1]}, {sp});
+  EXPECT_EQ(together[1].token_ids, alone[0].token_ids);
+}
+
+}  // namespace
+}  // namespace nanovllm

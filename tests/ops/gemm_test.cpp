@@ -1,0 +1,269 @@
+// The CPU GEMM (both ISAs) and its ThreadPool against the scalar reference.
+//
+// Tolerance: |out - ref| <= 1e-5 + 1e-3 * sum_k |x_k * w_k| (+ |bias|). Kernel and reference
+// multiply the same bf16-rounded x by the same bf16 w, so every product is exact in fp32; they
+// differ only in the order (and fp32 rounding) of the sums, which is bounded by about
+// k * 2^-24 * sum |x w| (6e-5 of it at k = 1000). Scaling by sum |x w| rather than |ref| keeps
+// cancelling sums fair; 1e-5 covers sums that are exactly zero. A kernel that rounds x wrongly
+// (truncation) errs by ~2^-9 of a term, which the k = 1 cases and RoundsXToNearestEven catch.
+#include "backend/cpu/gemm.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <new>
+#include <random>
+#include <vector>
+
+#include "backend/tensor.h"
+#include "reference/gemm_reference.h"
+
+namespace nanovllm::cpu {
+namespace {
+
+struct AlignedFree {
+  void operator()(void* p) const { ::operator delete(p, std::align_val_t(64)); }
+};
+std::unique_ptr<void, AlignedFree> packed_alloc(int64_t n, int64_t k) {
+  return {::operator new(packed_weight_bytes(n, k), std::align_val_t(64)), {}};
+}
+
+std::vector<GemmIsa> isas() {
+  std::vector<GemmIsa> v{GemmIsa::AVX2};
+  if (detect_gemm_isa() == GemmIsa::AVX512_BF16) v.push_back(GemmIsa::AVX512_BF16);
+  return v;
+}
+
+// Non-zero values in [-1, -0.05] u [0.05, 1].
+float nonzero(std::mt19937& rng) {
+  std::uniform_real_distribution<float> mag(0.05f, 1.0f);
+  float v = mag(rng);
+  return (rng() & 1) ? v : -v;
+}
+
+struct Problem {
+  int64_t m, n, k, ldx, ldo;
+  std::vector<float> x;
+  std::vector<uint16_t> w, bias;
+  std::vector<float> ref, mag;        // with bias
+  std::vector<float> ref_nb, mag_nb;  // without bias
+};
+
+Problem make_problem(int64_t m, int64_t n, int64_t k, std::mt19937& rng) {
+  Problem p{m, n, k, k + 5, n + 3, {}, {}, {}, {}, {}, {}, {}};
+  p.x.resize(size_t(m * p.ldx));
+  for (auto& v : p.x) v = nonzero(rng);
+  p.w.resize(size_t(n * k));
+  for (auto& v : p.w) v = f32_to_bf16(nonzero(rng));
+  p.bias.resize(size_t(n));
+  for (auto& v : p.bias) v = f32_to_bf16(nonzero(rng));
+  for (auto* out : {&p.ref, &p.mag, &p.ref_nb, &p.mag_nb}) out->resize(size_t(m * n));
+  ref::linear(p.ref.data(), n, p.x.data(), p.ldx, p.w.data(), p.bias.data(), m, n, k);
+  ref::linear_abs(p.mag.data(), n, p.x.data(), p.ldx, p.w.data(), p.bias.data(), m, n, k);
+  ref::linear(p.ref_nb.data(), n, p.x.data(), p.ldx, p.w.data(), nullptr, m, n, k);
+  ref::linear_abs(p.mag_nb.data(), n, p.x.data(), p.ldx, p.w.data(), nullptr, m, n, k);
+  return p;
+}
+
+// Runs one variant; returns the number of mismatches (reports the first few).
+int check(const Problem& p, const void* packed, GemmIsa isa, ThreadPool& pool, bool with_bias,
+          bool strided) {
+  const int64_t ldx = strided ? p.ldx : p.k;
+  const int64_t ldo = strided ? p.ldo : p.n;
+  std::vector<float> x(size_t(p.m * ldx));
+  for (int64_t i = 0; i < p.m; ++i)
+    std::memcpy(&x[size_t(i * ldx)], &p.x[size_t(i * p.ldx)], size_t(p.k) * 4);
+  const float kSentinel = 12345.0f;
+  std::vector<float> out(size_t(p.m * ldo), kSentinel);
+  for (int64_t i = 0; i < p.m; ++i)
+    for (int64_t j = 0; j < p.n; ++j) out[size_t(i * ldo + j)] = NAN;  // must be overwritten
+  GemmArgs a{out.data(), ldo, x.data(), ldx, packed, with_bias ? p.bias.data() : nullptr,
+             p.m,        p.n, p.k};
+  gemm(a, pool, isa);
+  const auto& ref = with_bias ? p.ref : p.ref_nb;
+  const auto& mag = with_bias ? p.mag : p.mag_nb;
+  int bad = 0;
+  for (int64_t i = 0; i < p.m; ++i) {
+    for (int64_t j = 0; j < ldo; ++j) {
+      const float got = out[size_t(i * ldo + j)];
+      bool ok;
+      float want;
+      if (j < p.n) {
+        want = ref[size_t(i * p.n + j)];
+        ok = std::fabs(got - want) <= 1e-5f + 1e-3f * mag[size_t(i * p.n + j)];
+      } else {
+        want = kSentinel;
+        ok = got == kSentinel;  // the padding between rows is untouched
+      }
+      if (!ok && ++bad <= 3)
+        ADD_FAILURE() << gemm_isa_name(isa) << " m=" << p.m << " n=" << p.n << " k=" << p.k
+                      << " threads=" << pool.size() << " bias=" << with_bias
+                      << " strided=" << strided << " at [" << i << ", " << j << "]: got " << got
+                      << ", want " << want;
+    }
+  }
+  return bad;
+}
+
+TEST(Gemm, MatchesReferenceOnOddShapes) {
+  std::mt19937 rng(1234);
+  ThreadPool pool1(1), pool2(2);
+  for (int64_t m : {1, 2, 3, 7, 17, 64, 130}) {
+    for (int64_t n : {1, 3, 15, 16, 17, 33, 100, 257}) {
+      for (int64_t k : {1, 2, 3, 31, 64, 130, 1000}) {
+        Problem p = make_problem(m, n, k, rng);
+        auto packed = packed_alloc(n, k);
+        pack_weight(packed.get(), p.w.data(), n, k);
+        for (GemmIsa isa : isas()) {
+          for (ThreadPool* pool : {&pool1, &pool2}) {
+            for (bool bias : {false, true}) {
+              // Strided rows with 2 threads, contiguous with 1: both layouts, half the runs.
+              if (check(p, packed.get(), isa, *pool, bias, pool->size() == 2) > 0) return;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// Shapes that reach the other loop-nest paths: several M blocks (> 768 rows), splitting over
+// rows (few column groups), many column groups, and a K that spans several cache blocks.
+TEST(Gemm, MatchesReferenceOnBlockingPaths) {
+  std::mt19937 rng(99);
+  ThreadPool pool(2);
+  // {800, 1100, 70}: split over columns with more than one M block per column group.
+  for (auto [m, n, k] : {std::array<int64_t, 3>{800, 40, 20},
+                         {300, 17, 600},
+                         {9, 130, 2100},
+                         {1, 1100, 70},
+                         {800, 1100, 70}}) {
+    Problem p = make_problem(m, n, k, rng);
+    auto packed = packed_alloc(n, k);
+    pack_weight(packed.get(), p.w.data(), n, k);
+    for (GemmIsa isa : isas()) EXPECT_EQ(check(p, packed.get(), isa, pool, true, true), 0);
+  }
+}
+
+TEST(Gemm, RoundsXToNearestEven) {
+  // x chosen on and around bf16 ties; w = 1, so out = bf16(x) exactly.
+  const float xs[] = {1.00390625f,    // 1 + 2^-8: a tie, rounds to even 1.0
+                      1.01171875f,    // 1 + 3*2^-8: a tie, rounds up to 1 + 2^-6
+                      1.0048828125f,  // above the tie: rounds up
+                      -1.00390625f,  3.0e38f, 1.0e-3f};
+  const int64_t n = 1, k = 1;
+  const uint16_t w = f32_to_bf16(1.0f);
+  auto packed = packed_alloc(n, k);
+  pack_weight(packed.get(), &w, n, k);
+  ThreadPool pool(1);
+  for (GemmIsa isa : isas()) {
+    for (float x : xs) {
+      float out = NAN;
+      GemmArgs a{&out, 1, &x, 1, packed.get(), nullptr, 1, n, k};
+      gemm(a, pool, isa);
+      EXPECT_EQ(out, bf16_to_f32(f32_to_bf16(x))) << gemm_isa_name(isa) << " x=" << x;
+    }
+  }
+}
+
+TEST(Gemm, UnpackWeightRowIsExact) {
+  std::mt19937 rng(7);
+  for (auto [n, k] : {std::array<int64_t, 2>{1, 1}, {17, 3}, {33, 130}, {100, 1000}}) {
+    std::vector<uint16_t> w(size_t(n * k));
+    for (auto& v : w) v = uint16_t(rng());  // any bit pattern survives packing
+    auto packed = packed_alloc(n, k);
+    pack_weight(packed.get(), w.data(), n, k);
+    std::vector<float> row(static_cast<size_t>(k));
+    for (int64_t r = 0; r < n; ++r) {
+      unpack_weight_row(row.data(), packed.get(), n, k, r);
+      for (int64_t i = 0; i < k; ++i) {
+        uint32_t bits;
+        std::memcpy(&bits, &row[size_t(i)], 4);
+        ASSERT_EQ(bits, uint32_t(w[size_t(r * k + i)]) << 16)
+            << "n=" << n << " k=" << k << " row " << r << " col " << i;
+      }
+    }
+  }
+}
+
+TEST(Gemm, EmptyBatchWritesNothing) {
+  const uint16_t w = 0x3f80;
+  auto packed = packed_alloc(1, 1);
+  pack_weight(packed.get(), &w, 1, 1);
+  ThreadPool pool(2);
+  GemmArgs a{nullptr, 1, nullptr, 1, packed.get(), nullptr, 0, 1, 1};
+  for (GemmIsa isa : isas()) gemm(a, pool, isa);
+}
+
+TEST(ThreadPool, ParallelForCoversEachIndexOnce) {
+  for (int threads : {1, 2, 3, 5}) {
+    ThreadPool pool(threads);
+    for (int64_t n : {0, 1, 2, 3, 4, 7, 100, 1001}) {
+      for (int64_t grain : {1, 3, 64}) {
+        std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+        std::vector<std::atomic<int>> per_thread(static_cast<size_t>(threads));
+        pool.parallel_for(
+            n,
+            [&](int64_t b, int64_t e, int t) {
+              ASSERT_LT(b, e);
+              ASSERT_GE(t, 0);
+              ASSERT_LT(t, threads);
+              per_thread[size_t(t)]++;
+              for (int64_t i = b; i < e; ++i) hits[size_t(i)]++;
+            },
+            grain);
+        for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[size_t(i)].load(), 1) << "index " << i;
+        for (int t = 0; t < threads; ++t) ASSERT_LE(per_thread[size_t(t)].load(), 1);
+      }
+    }
+  }
+}
+
+TEST(ThreadPool, ChunksAreBalancedAndCallerRunsFirst) {
+  ThreadPool pool(2);
+  std::thread::id caller = std::this_thread::get_id(), chunk0;
+  int64_t sizes[2] = {0, 0};
+  pool.parallel_for(
+      10,
+      [&](int64_t b, int64_t e, int t) {
+        sizes[t] = e - b;
+        if (t == 0) chunk0 = std::this_thread::get_id();
+      },
+      4);
+  EXPECT_EQ(chunk0, caller);
+  EXPECT_LE(std::abs(sizes[0] - sizes[1]), 4);
+  EXPECT_EQ(sizes[0] + sizes[1], 10);
+}
+
+TEST(ThreadPool, RunOnAllCallsEveryThreadOnce) {
+  for (int threads : {1, 2, 4}) {
+    ThreadPool pool(threads);
+    for (int rep = 0; rep < 200; ++rep) {  // many dispatches: the spin and sleep paths
+      std::vector<std::atomic<int>> hits(static_cast<size_t>(threads));
+      pool.run_on_all([&](int t) { hits[size_t(t)]++; });
+      for (int t = 0; t < threads; ++t) ASSERT_EQ(hits[size_t(t)].load(), 1);
+      if (rep % 50 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  }
+}
+
+TEST(ThreadPool, PropagatesExceptions) {
+  ThreadPool pool(2);
+  EXPECT_THROW(pool.run_on_all([](int t) {
+    if (t == 1) throw std::runtime_error("worker");
+  }),
+               std::runtime_error);
+  EXPECT_THROW(pool.run_on_all([](int t) {
+    if (t == 0) throw std::runtime_error("caller");
+  }),
+               std::runtime_error);
+  int calls = 0;
+  pool.run_on_all([&](int) { __atomic_add_fetch(&calls, 1, __ATOMIC_RELAXED); });
+  EXPECT_EQ(calls, 2);  // still usable
+}
+
+}  // namespace
+}  // namespace nanovllm::cpu

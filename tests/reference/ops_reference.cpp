@@ -1,0 +1,186 @@
+#include "reference/ops_reference.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+
+#include "engine/sampling_rng.h"
+#include "util/check.h"
+
+namespace nanovllm::ref {
+
+float round_bf16(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return x;  // NaN
+  u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+  float y;
+  std::memcpy(&y, &u, 4);
+  return y;
+}
+
+Vec round_bf16(const Vec& x) {
+  Vec y(x.size());
+  for (size_t i = 0; i < x.size(); ++i) y[i] = round_bf16(x[i]);
+  return y;
+}
+
+Vec embedding(const std::vector<int32_t>& ids, const Vec& table, int64_t hidden) {
+  Vec out(ids.size() * size_t(hidden));
+  for (size_t t = 0; t < ids.size(); ++t)
+    for (int64_t j = 0; j < hidden; ++j)
+      out[t * size_t(hidden) + size_t(j)] = table[size_t(ids[t] * hidden + j)];
+  return out;
+}
+
+Vec linear(const Vec& x, const Vec& w, const Vec& bias, int64_t m, int64_t n, int64_t k) {
+  Vec out(size_t(m * n));
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double acc = bias.empty() ? 0.0 : bias[size_t(j)];
+      for (int64_t p = 0; p < k; ++p) acc += double(x[size_t(i * k + p)]) * w[size_t(j * k + p)];
+      out[size_t(i * n + j)] = float(acc);
+    }
+  return out;
+}
+
+Vec rms_norm(const Vec& x, const Vec& weight, int64_t rows, int64_t d, float eps) {
+  Vec out(x.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    double ss = 0.0;
+    for (int64_t i = 0; i < d; ++i) ss += double(x[size_t(r * d + i)]) * x[size_t(r * d + i)];
+    const double inv = 1.0 / std::sqrt(ss / double(d) + eps);
+    for (int64_t i = 0; i < d; ++i)
+      out[size_t(r * d + i)] = float(x[size_t(r * d + i)] * inv * weight[size_t(i)]);
+  }
+  return out;
+}
+
+void add_rms_norm(Vec& x, Vec& residual, const Vec& weight, int64_t rows, int64_t d, float eps) {
+  for (size_t i = 0; i < x.size(); ++i) residual[i] += x[i];
+  x = rms_norm(residual, weight, rows, d, eps);
+}
+
+Vec rope_cos_sin(int64_t max_pos, int64_t d, double theta) {
+  const int64_t half = d / 2;
+  Vec cs(size_t(max_pos * d));
+  for (int64_t p = 0; p < max_pos; ++p)
+    for (int64_t i = 0; i < half; ++i) {
+      const double angle = double(p) * std::pow(theta, -2.0 * double(i) / double(d));
+      cs[size_t(p * d + i)] = float(std::cos(angle));
+      cs[size_t(p * d + half + i)] = float(std::sin(angle));
+    }
+  return cs;
+}
+
+void rope(Vec& x, const std::vector<int32_t>& positions, const Vec& cos_sin, int64_t heads,
+          int64_t d) {
+  const int64_t half = d / 2;
+  for (size_t t = 0; t < positions.size(); ++t) {
+    const float* c = &cos_sin[size_t(positions[t] * d)];
+    const float* s = c + half;
+    for (int64_t h = 0; h < heads; ++h) {
+      float* row = &x[(t * size_t(heads) + size_t(h)) * size_t(d)];
+      for (int64_t i = 0; i < half; ++i) {
+        const double a = row[i], b = row[i + half];
+        row[i] = float(a * c[i] - b * s[i]);
+        row[i + half] = float(b * c[i] + a * s[i]);
+      }
+    }
+  }
+}
+
+Vec silu_and_mul(const Vec& x, int64_t tokens, int64_t n) {
+  Vec out(size_t(tokens * n));
+  for (int64_t t = 0; t < tokens; ++t)
+    for (int64_t i = 0; i < n; ++i) {
+      const double g = x[size_t(t * 2 * n + i)], u = x[size_t(t * 2 * n + n + i)];
+      out[size_t(t * n + i)] = float(g / (1.0 + std::exp(-g)) * u);
+    }
+  return out;
+}
+
+Vec gather_rows(const Vec& x, const std::vector<int32_t>& indices, int64_t cols) {
+  Vec out;
+  for (int32_t i : indices) out.insert(out.end(), x.begin() + i * cols, x.begin() + (i + 1) * cols);
+  return out;
+}
+
+Vec attention(const Vec& q, const Vec& k, const Vec& v, int64_t seqlen_q, int64_t context_len,
+              int64_t hq, int64_t hkv, int64_t d, float scale) {
+  NV_CHECK(context_len >= seqlen_q && hq % hkv == 0);
+  Vec out(size_t(seqlen_q * hq * d));
+  std::vector<double> w(static_cast<size_t>(context_len));
+  for (int64_t i = 0; i < seqlen_q; ++i) {
+    const int64_t pos = context_len - seqlen_q + i;
+    for (int64_t h = 0; h < hq; ++h) {
+      const int64_t kh = h / (hq / hkv);
+      const float* qr = &q[size_t((i * hq + h) * d)];
+      double mx = -INFINITY;
+      for (int64_t j = 0; j <= pos; ++j) {
+        double dot = 0.0;
+        for (int64_t e = 0; e < d; ++e) dot += double(qr[e]) * k[size_t((j * hkv + kh) * d + e)];
+        w[size_t(j)] = dot * scale;
+        mx = std::max(mx, w[size_t(j)]);
+      }
+      double sum = 0.0;
+      for (int64_t j = 0; j <= pos; ++j) sum += (w[size_t(j)] = std::exp(w[size_t(j)] - mx));
+      for (int64_t e = 0; e < d; ++e) {
+        double acc = 0.0;
+        for (int64_t j = 0; j <= pos; ++j) acc += w[size_t(j)] * v[size_t((j * hkv + kh) * d + e)];
+        out[size_t((i * hq + h) * d + e)] = float(acc / sum);
+      }
+    }
+  }
+  return out;
+}
+
+int32_t sample(const Vec& logits, float temperature, int32_t top_k, float top_p, uint64_t seed,
+               int64_t offset) {
+  const int64_t vocab = int64_t(logits.size());
+  if (temperature == 0.0f) {
+    int64_t best = 0;
+    for (int64_t i = 1; i < vocab; ++i)
+      if (logits[size_t(i)] > logits[size_t(best)]) best = i;
+    return int32_t(best);
+  }
+  Vec l(logits.size());
+  for (size_t i = 0; i < l.size(); ++i) l[i] = logits[i] / temperature;
+  std::vector<int32_t> kept(logits.size());
+  std::iota(kept.begin(), kept.end(), 0);
+  std::stable_sort(kept.begin(), kept.end(),
+                   [&](int32_t a, int32_t b) { return l[size_t(a)] > l[size_t(b)]; });
+  if (top_k > 0 && top_k < vocab) kept.resize(size_t(top_k));
+  if (top_p < 1.0f) {
+    const double lmax = l[size_t(kept[0])];
+    std::vector<int32_t> by_index = kept;
+    std::sort(by_index.begin(), by_index.end());
+    double z = 0.0;
+    for (int32_t i : by_index) z += std::exp(double(l[size_t(i)]) - lmax);
+    double cum = 0.0;
+    for (size_t j = 0; j < kept.size(); ++j) {
+      cum += std::exp(double(l[size_t(kept[j])]) - lmax);
+      if (cum >= double(top_p) * z) {
+        kept.resize(j + 1);
+        break;
+      }
+    }
+  }
+  std::sort(kept.begin(), kept.end());
+  int32_t best = kept[0];
+  float best_score = -INFINITY;
+  for (size_t j = 0; j < kept.size(); ++j) {
+    const int32_t i = kept[j];
+    const float u = sample_uniform(seed, offset, i);
+    const float e = -std::log(u);
+    const float score = l[size_t(i)] - std::log(e);
+    if (j == 0 || score > best_score) {
+      best = i;
+      best_score = score;
+    }
+  }
+  return best;
+}
+
+}  // namespace nanovllm::ref

@@ -1,0 +1,61 @@
+#pragma once
+// The scalar fp32 reference of every Backend op: the oracle each backend is tested against.
+// Plain loops over std::vector<float>, row-major and contiguous, shapes passed explicitly; no
+// paging (attention takes each sequence's K/V contiguous), no threads, no vectorization.
+// bf16 inputs (weights, the KV cache) are passed as the f32 values they hold (see round_bf16).
+#include <cstdint>
+#include <vector>
+
+namespace nanovllm::ref {
+
+using Vec = std::vector<float>;
+
+float round_bf16(float x);  // f32 -> nearest bf16 -> f32 (round to nearest even)
+Vec round_bf16(const Vec& x);
+
+// out[t] = table[ids[t]]   table: [vocab, hidden]; out: [T, hidden]
+Vec embedding(const std::vector<int32_t>& ids, const Vec& table, int64_t hidden);
+
+// out = x @ w^T + bias   x: [m, k]; w: [n, k]; bias: [n] or empty; out: [m, n]
+Vec linear(const Vec& x, const Vec& w, const Vec& bias, int64_t m, int64_t n, int64_t k);
+
+// out = x / sqrt(mean(x^2) + eps) * weight per row   x: [rows, d]; weight: [d]
+Vec rms_norm(const Vec& x, const Vec& weight, int64_t rows, int64_t d, float eps);
+
+// residual += x; x = rms_norm(residual) * weight   x, residual: [rows, d]
+void add_rms_norm(Vec& x, Vec& residual, const Vec& weight, int64_t rows, int64_t d, float eps);
+
+// cos_sin[p] = [cos(p * f_i) for i < d/2] ++ [sin(p * f_i)], f_i = theta^(-2i/d): [max_pos, d]
+Vec rope_cos_sin(int64_t max_pos, int64_t d, double theta);
+
+// Rotate-half RoPE in place   x: [T, heads, d]; positions: [T]; cos_sin: [max_pos, d]
+void rope(Vec& x, const std::vector<int32_t>& positions, const Vec& cos_sin, int64_t heads,
+          int64_t d);
+
+// out = silu(x[:, :n]) * x[:, n:]   x: [T, 2n]; out: [T, n]
+Vec silu_and_mul(const Vec& x, int64_t tokens, int64_t n);
+
+// out = x[indices]   x: [rows, cols]; out: [indices.size(), cols]
+Vec gather_rows(const Vec& x, const std::vector<int32_t>& indices, int64_t cols);
+
+// Causal GQA attention of one sequence's last seqlen_q tokens over its whole context.
+// q: [seqlen_q, hq, d]; k, v: [context_len, hkv, d]; query i sits at position
+// context_len - seqlen_q + i and attends to keys [0, that position]; head h reads kv head
+// h / (hq / hkv). Returns [seqlen_q, hq, d]. Softmax in double.
+Vec attention(const Vec& q, const Vec& k, const Vec& v, int64_t seqlen_q, int64_t context_len,
+              int64_t hq, int64_t hkv, int64_t d, float scale);
+
+// The sampling rule of engine/sampling_rng.h, spelled out (logits: [vocab]):
+//   temperature == 0: the first index of the maximum logit.
+//   l_i = logits_i / temperature (f32 division).
+//   kept = all indices, ordered by l descending then index ascending;
+//   top_k > 0 and < vocab: kept = its first top_k;
+//   top_p < 1: p_i = exp(double(l_i) - double(l_max)), l_max = l of kept's first element;
+//     z = sum of p_i over kept in ascending index order (double); walking kept in order,
+//     cum += p_i; cut after the first element where cum >= double(top_p) * z (if none: keep all);
+//   token = argmax over kept of the f32 score  l_i - log(-log(u_i)),
+//     u_i = sample_uniform(seed, offset, i); ties: the lowest index.
+int32_t sample(const Vec& logits, float temperature, int32_t top_k, float top_p, uint64_t seed,
+               int64_t offset);
+
+}  // namespace nanovllm::ref

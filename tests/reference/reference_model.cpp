@@ -1,0 +1,206 @@
+#include "reference/reference_model.h"
+
+#include <cmath>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "model/safetensors.h"
+#include "util/check.h"
+
+namespace nanovllm::ref {
+
+namespace {
+
+using Vec = std::vector<float>;
+
+float widen(const uint8_t* p, DType dtype) {
+  uint16_t h;
+  float f;
+  switch (dtype) {
+    case DType::BF16: {
+      std::memcpy(&h, p, 2);
+      uint32_t u = uint32_t(h) << 16;
+      std::memcpy(&f, &u, 4);
+      return f;
+    }
+    case DType::F16:
+      std::memcpy(&h, p, 2);
+      return f16_to_f32(h);
+    case DType::F32:
+      std::memcpy(&f, p, 4);
+      return f;
+    default:
+      throw std::runtime_error("reference model: unsupported dtype");
+  }
+}
+
+// x rounded to the nearest bf16 (ties to even).
+float round_bf16(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  u &= 0xffff0000u;
+  std::memcpy(&x, &u, 4);
+  return x;
+}
+
+Vec maybe_round(const Vec& x, bool round) {
+  Vec y = x;
+  if (round) {
+    for (float& v : y) v = round_bf16(v);
+  }
+  return y;
+}
+
+// y[n] = sum_k W[n][k] x[k] (+ b[n]); W row-major [N, K].
+Vec matvec(const Vec& W, const Vec& x, size_t N, const Vec* b = nullptr) {
+  size_t K = x.size();
+  Vec y(N);
+  for (size_t n = 0; n < N; ++n) {
+    double s = b ? (*b)[n] : 0.0;
+    for (size_t k = 0; k < K; ++k) s += double(W[n * K + k]) * x[k];
+    y[n] = float(s);
+  }
+  return y;
+}
+
+Vec rmsnorm(const float* x, const Vec& g, size_t n, double eps) {
+  double ss = 0;
+  for (size_t i = 0; i < n; ++i) ss += double(x[i]) * x[i];
+  double r = 1.0 / std::sqrt(ss / double(n) + eps);
+  Vec y(n);
+  for (size_t i = 0; i < n; ++i) y[i] = float(x[i] * r * g[i]);
+  return y;
+}
+
+// Rotate-half RoPE of one head at position pos.
+void rope(float* x, size_t D, int pos, double theta) {
+  size_t half = D / 2;
+  for (size_t j = 0; j < half; ++j) {
+    double a = pos * std::pow(theta, -2.0 * double(j) / double(D));
+    double c = std::cos(a), s = std::sin(a);
+    double x1 = x[j], x2 = x[j + half];
+    x[j] = float(x1 * c - x2 * s);
+    x[j + half] = float(x2 * c + x1 * s);
+  }
+}
+
+}  // namespace
+
+ReferenceModel::ReferenceModel(const std::string& folder, Precision precision)
+    : config_(load_model_config(folder)), precision_(precision) {
+  Checkpoint ckpt(folder);
+  for (const std::string& name : ckpt.names()) {
+    const SafetensorsTensor* t = ckpt.find(name);
+    Vec v(size_t(t->numel()));
+    const size_t es = dtype_size(t->dtype);
+    for (size_t i = 0; i < v.size(); ++i) v[i] = widen(t->data + i * es, t->dtype);
+    weights_[name] = std::move(v);
+  }
+}
+
+const std::vector<float>& ReferenceModel::w(const std::string& name) const {
+  auto it = weights_.find(name);
+  if (it == weights_.end()) throw std::runtime_error("reference model: missing " + name);
+  return it->second;
+}
+
+std::vector<float> ReferenceModel::last_logits(const std::vector<int32_t>& tokens) const {
+  const ModelConfig& c = config_;
+  const size_t T = tokens.size(), H = c.hidden_size, D = c.head_dim, I = c.intermediate_size;
+  const size_t Hq = c.num_attention_heads, Hkv = c.num_key_value_heads, V = c.vocab_size;
+  const double eps = c.rms_norm_eps;
+  const bool bf16 = precision_ == Precision::kBf16Storage;
+  // Residual stream x[t] (fp32, unrounded).
+  std::vector<Vec> x(T, Vec(H));
+  const Vec& emb = w("model.embed_tokens.weight");
+  for (size_t t = 0; t < T; ++t) std::memcpy(x[t].data(), &emb[size_t(tokens[t]) * H], H * 4);
+
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    const std::string p = fmt::format("model.layers.{}.", l);
+    std::vector<Vec> q(T), k(T), v(T);
+    for (size_t t = 0; t < T; ++t) {
+      Vec h = maybe_round(rmsnorm(x[t].data(), w(p + "input_layernorm.weight"), H, eps), bf16);
+      const bool bias = c.attention_bias;
+      q[t] = matvec(w(p + "self_attn.q_proj.weight"), h, Hq * D, bias ? &w(p + "self_attn.q_proj.bias") : nullptr);
+      k[t] = matvec(w(p + "self_attn.k_proj.weight"), h, Hkv * D, bias ? &w(p + "self_attn.k_proj.bias") : nullptr);
+      v[t] = matvec(w(p + "self_attn.v_proj.weight"), h, Hkv * D, bias ? &w(p + "self_attn.v_proj.bias") : nullptr);
+      for (size_t hh = 0; hh < Hq; ++hh) {
+        if (c.qk_norm) {
+          Vec n = rmsnorm(&q[t][hh * D], w(p + "self_attn.q_norm.weight"), D, eps);
+          std::memcpy(&q[t][hh * D], n.data(), D * 4);
+        }
+        rope(&q[t][hh * D], D, int(t), c.rope_theta);
+      }
+      for (size_t hh = 0; hh < Hkv; ++hh) {
+        if (c.qk_norm) {
+          Vec n = rmsnorm(&k[t][hh * D], w(p + "self_attn.k_norm.weight"), D, eps);
+          std::memcpy(&k[t][hh * D], n.data(), D * 4);
+        }
+        rope(&k[t][hh * D], D, int(t), c.rope_theta);
+      }
+      k[t] = maybe_round(k[t], bf16);  // the KV cache is bf16
+      v[t] = maybe_round(v[t], bf16);
+    }
+    for (size_t t = 0; t < T; ++t) {
+      Vec att(Hq * D, 0.0f);
+      for (size_t hh = 0; hh < Hq; ++hh) {
+        const size_t kh = hh / (Hq / Hkv);
+        std::vector<double> s(t + 1);
+        double mx = -1e300;
+        for (size_t u = 0; u <= t; ++u) {
+          double d = 0;
+          for (size_t i = 0; i < D; ++i) d += double(q[t][hh * D + i]) * k[u][kh * D + i];
+          s[u] = d / std::sqrt(double(D));
+          mx = std::max(mx, s[u]);
+        }
+        double z = 0;
+        for (double& e : s) z += (e = std::exp(e - mx));
+        for (size_t i = 0; i < D; ++i) {
+          double acc = 0;
+          for (size_t u = 0; u <= t; ++u) acc += s[u] * v[u][kh * D + i];
+          att[hh * D + i] = float(acc / z);
+        }
+      }
+      Vec o = matvec(w(p + "self_attn.o_proj.weight"), maybe_round(att, bf16), H);
+      for (size_t i = 0; i < H; ++i) x[t][i] += o[i];
+    }
+    for (size_t t = 0; t < T; ++t) {
+      Vec h = maybe_round(rmsnorm(x[t].data(), w(p + "post_attention_layernorm.weight"), H, eps), bf16);
+      Vec g = matvec(w(p + "mlp.gate_proj.weight"), h, I);
+      Vec u = matvec(w(p + "mlp.up_proj.weight"), h, I);
+      for (size_t i = 0; i < I; ++i) g[i] = float(g[i] / (1.0 + std::exp(-double(g[i]))) * u[i]);
+      Vec d = matvec(w(p + "mlp.down_proj.weight"), maybe_round(g, bf16), H);
+      for (size_t i = 0; i < H; ++i) x[t][i] += d[i];
+    }
+  }
+  Vec h = maybe_round(rmsnorm(x[T - 1].data(), w("model.norm.weight"), H, eps), bf16);
+  const Vec& head = c.tie_word_embeddings ? emb : w("lm_head.weight");
+  return matvec(head, h, V);
+}
+
+std::vector<int32_t> ReferenceModel::greedy(const std::vector<int32_t>& prompt, int n,
+                                            std::vector<double>* gaps) const {
+  std::vector<int32_t> tokens = prompt, out;
+  for (int i = 0; i < n; ++i) {
+    Vec logits = last_logits(tokens);
+    int32_t best = 0;
+    for (size_t j = 1; j < logits.size(); ++j) {
+      if (logits[j] > logits[best]) best = int32_t(j);
+    }
+    if (gaps) {
+      double second = -1e300, scale = 0;
+      for (size_t j = 0; j < logits.size(); ++j) {
+        if (int32_t(j) != best) second = std::max(second, double(logits[j]));
+        scale = std::max(scale, double(std::fabs(logits[j])));
+      }
+      gaps->push_back((logits[best] - second) / scale);
+    }
+    out.push_back(best);
+    tokens.push_back(best);
+  }
+  return out;
+}
+
+}  // namespace nanovllm::ref

@@ -1,0 +1,39 @@
+#pragma once
+// An independent, plain fp32 Qwen3/Qwen2 forward: no paging, no batching, no backend, no fused
+// weights; every weight read from the checkpoint and widened to float. The oracle for the engine.
+#include <map>
+#include <string>
+#include <vector>
+
+#include "model/hf_config.h"
+
+namespace nanovllm::ref {
+
+// Where the forward rounds. kFp32: nowhere (the plain oracle). kBf16Storage: values are rounded
+// to bf16 exactly where the engine stores or feeds them as bf16 -- every GEMM input and the K/V
+// written to the cache -- and everything else stays fp32. Greedy decoding of random-weight
+// models meets near-ties (top-2 gaps of ~1e-3) that bf16 storage alone can flip; with the same
+// rounding points only summation order differs, so greedy ids must match exactly.
+enum class Precision { kFp32, kBf16Storage };
+
+class ReferenceModel {
+ public:
+  explicit ReferenceModel(const std::string& folder, Precision precision = Precision::kFp32);
+
+  // Logits f32 [V] of the last token of `tokens` (full causal forward over all of them).
+  std::vector<float> last_logits(const std::vector<int32_t>& tokens) const;
+  // Greedy continuation: n tokens (argmax, lowest index on ties), no eos stop. gaps (optional)
+  // receives, per step, the top-1 minus top-2 logit divided by the largest |logit|.
+  std::vector<int32_t> greedy(const std::vector<int32_t>& prompt, int n,
+                              std::vector<double>* gaps = nullptr) const;
+
+  const ModelConfig& config() const { return config_; }
+
+ private:
+  const std::vector<float>& w(const std::string& name) const;
+  ModelConfig config_;
+  Precision precision_;
+  std::map<std::string, std::vector<float>> weights_;
+};
+
+}  // namespace nanovllm::ref

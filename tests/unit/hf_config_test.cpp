@@ -1,0 +1,292 @@
+// config.json / generation_config.json parsing: defaults, the rope_parameters form, and an Error
+// naming the file and the field for everything the engine cannot run.
+#include "model/hf_config.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "util/check.h"
+
+namespace nanovllm {
+namespace {
+
+using json = nlohmann::json;
+const std::string kPath = "/models/x/config.json";
+
+// The real Qwen3-0.6B config.json (fields and values).
+json qwen3_0_6b() {
+  return json::parse(R"({
+    "architectures": ["Qwen3ForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+    "bos_token_id": 151643, "eos_token_id": 151645, "head_dim": 128, "hidden_act": "silu",
+    "hidden_size": 1024, "initializer_range": 0.02, "intermediate_size": 3072,
+    "max_position_embeddings": 40960, "max_window_layers": 28, "model_type": "qwen3",
+    "num_attention_heads": 16, "num_hidden_layers": 28, "num_key_value_heads": 8,
+    "rms_norm_eps": 1e-06, "rope_scaling": null, "rope_theta": 1000000, "sliding_window": null,
+    "tie_word_embeddings": true, "torch_dtype": "bfloat16", "transformers_version": "4.51.0",
+    "use_cache": true, "use_sliding_window": false, "vocab_size": 151936})");
+}
+
+// A Qwen2.5-0.5B-style config.json: no head_dim, no attention_bias field.
+json qwen2() {
+  return json::parse(R"({
+    "architectures": ["Qwen2ForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 151643,
+    "eos_token_id": 151643, "hidden_act": "silu", "hidden_size": 896, "initializer_range": 0.02,
+    "intermediate_size": 4864, "max_position_embeddings": 32768, "max_window_layers": 24,
+    "model_type": "qwen2", "num_attention_heads": 14, "num_hidden_layers": 24,
+    "num_key_value_heads": 2, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0,
+    "sliding_window": 32768, "tie_word_embeddings": true, "torch_dtype": "bfloat16",
+    "use_cache": true, "use_sliding_window": false, "vocab_size": 151936})");
+}
+
+ModelConfig parse(const json& j) { return parse_model_config(j.dump(), kPath); }
+
+void expect_error(const json& j, const std::vector<std::string>& parts) {
+  try {
+    parse(j);
+    ADD_FAILURE() << "no error for " << j.dump();
+  } catch (const Error& e) {
+    std::string msg = e.what();
+    EXPECT_NE(msg.find(kPath), std::string::npos) << msg;
+    for (const std::string& p : parts)
+      EXPECT_NE(msg.find(p), std::string::npos) << "message: " << msg << "\n lacks: " << p;
+  }
+}
+
+TEST(HfConfig, Qwen3) {
+  ModelConfig c = parse(qwen3_0_6b());
+  EXPECT_EQ(c.architecture, "Qwen3ForCausalLM");
+  EXPECT_EQ(c.hidden_size, 1024);
+  EXPECT_EQ(c.num_hidden_layers, 28);
+  EXPECT_EQ(c.num_attention_heads, 16);
+  EXPECT_EQ(c.num_key_value_heads, 8);
+  EXPECT_EQ(c.head_dim, 128);  // explicit, not 1024 / 16
+  EXPECT_EQ(c.intermediate_size, 3072);
+  EXPECT_EQ(c.vocab_size, 151936);
+  EXPECT_EQ(c.max_position_embeddings, 40960);
+  EXPECT_DOUBLE_EQ(c.rms_norm_eps, 1e-6);
+  EXPECT_DOUBLE_EQ(c.rope_theta, 1e6);
+  EXPECT_FALSE(c.attention_bias);
+  EXPECT_TRUE(c.qk_norm);
+  EXPECT_TRUE(c.tie_word_embeddings);
+  EXPECT_EQ(c.torch_dtype, "bfloat16");
+  EXPECT_EQ(c.eos_token_ids, std::vector<int>{151645});
+}
+
+TEST(HfConfig, Qwen2DefaultsToBiasesAndNoQkNorm) {
+  ModelConfig c = parse(qwen2());
+  EXPECT_EQ(c.architecture, "Qwen2ForCausalLM");
+  EXPECT_EQ(c.head_dim, 64);  // 896 / 14
+  EXPECT_TRUE(c.attention_bias);
+  EXPECT_FALSE(c.qk_norm);
+  json j = qwen2();
+  j["attention_bias"] = false;
+  EXPECT_FALSE(parse(j).attention_bias);
+}
+
+TEST(HfConfig, Qwen3AttentionBiasFromConfig) {
+  json j = qwen3_0_6b();
+  j["attention_bias"] = true;
+  EXPECT_TRUE(parse(j).attention_bias);
+  j.erase("attention_bias");
+  EXPECT_FALSE(parse(j).attention_bias);
+}
+
+TEST(HfConfig, Defaults) {
+  json j = qwen3_0_6b();
+  for (const char* k : {"num_key_value_heads", "head_dim", "rms_norm_eps", "rope_theta",
+                        "tie_word_embeddings", "torch_dtype", "eos_token_id", "rope_scaling"})
+    j.erase(k);
+  ModelConfig c = parse(j);
+  EXPECT_EQ(c.num_key_value_heads, 16);
+  EXPECT_EQ(c.head_dim, 64);
+  EXPECT_DOUBLE_EQ(c.rms_norm_eps, 1e-6);
+  EXPECT_DOUBLE_EQ(c.rope_theta, 10000.0);
+  EXPECT_FALSE(c.tie_word_embeddings);
+  EXPECT_TRUE(c.eos_token_ids.empty());
+  j["head_dim"] = nullptr;  // null means "not set"
+  EXPECT_EQ(parse(j).head_dim, 64);
+}
+
+TEST(HfConfig, EosList) {
+  json j = qwen3_0_6b();
+  j["eos_token_id"] = {151645, 151643};
+  EXPECT_EQ(parse(j).eos_token_ids, (std::vector<int>{151645, 151643}));
+}
+
+TEST(HfConfig, RopeParametersForm) {
+  json j = qwen3_0_6b();
+  j.erase("rope_theta");
+  j.erase("rope_scaling");
+  j["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 5e5}};
+  EXPECT_DOUBLE_EQ(parse(j).rope_theta, 5e5);
+  j["rope_theta"] = 5e5;  // both, agreeing
+  EXPECT_DOUBLE_EQ(parse(j).rope_theta, 5e5);
+  j["rope_theta"] = 1e6;
+  expect_error(j, {"'rope_theta'", "'rope_parameters.rope_theta'", "disagree"});
+  j.erase("rope_theta");
+  j["rope_parameters"] = {{"rope_type", "default"}};
+  expect_error(j, {"'rope_parameters' has no 'rope_theta'"});
+}
+
+TEST(HfConfig, RopeScalingIsRejected) {
+  json j = qwen3_0_6b();
+  j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
+  expect_error(j, {"rope scaling 'yarn' is not supported", "rope_scaling.rope_type"});
+  j["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};
+  expect_error(j, {"rope scaling 'linear' is not supported", "rope_scaling.type"});
+  j["rope_scaling"] = {{"rope_type", "default"}};
+  EXPECT_NO_THROW(parse(j));
+  j.erase("rope_scaling");
+  j["rope_parameters"] = {{"rope_type", "llama3"}, {"rope_theta", 5e5}};
+  expect_error(j, {"rope scaling 'llama3' is not supported", "rope_parameters.rope_type"});
+  j["rope_parameters"] = 3;
+  expect_error(j, {"'rope_parameters' must be an object"});
+}
+
+TEST(HfConfig, UnsupportedArchitecture) {
+  json j = qwen3_0_6b();
+  j["architectures"] = {"LlamaForCausalLM"};
+  expect_error(j, {"architecture 'LlamaForCausalLM' is not supported", "Qwen3ForCausalLM",
+                   "Qwen2ForCausalLM"});
+  j["architectures"] = json::array();
+  expect_error(j, {"'architectures'"});
+  j.erase("architectures");
+  expect_error(j, {"missing field 'architectures'", "Qwen3ForCausalLM"});
+  j["architectures"] = "Qwen3ForCausalLM";
+  expect_error(j, {"'architectures' must be a non-empty list"});
+}
+
+TEST(HfConfig, MissingAndInvalidFields) {
+  for (const char* k : {"hidden_size", "num_hidden_layers", "num_attention_heads",
+                        "intermediate_size", "vocab_size", "max_position_embeddings"}) {
+    json j = qwen3_0_6b();
+    j.erase(k);
+    expect_error(j, {std::string("missing field '") + k + "'"});
+    j[k] = 0;
+    expect_error(j, {std::string("'") + k + "' must be positive"});
+    j[k] = -3;
+    expect_error(j, {std::string("'") + k + "' must be positive"});
+    j[k] = "12";
+    expect_error(j, {std::string("'") + k + "' must be an integer"});
+    j[k] = 12.5;
+    expect_error(j, {std::string("'") + k + "' must be an integer"});
+    j[k] = 1e12;
+    expect_error(j, {std::string("'") + k + "' must be an integer"});
+  }
+}
+
+TEST(HfConfig, InconsistentShapes) {
+  json j = qwen3_0_6b();
+  j["num_key_value_heads"] = 5;
+  expect_error(j, {"'num_attention_heads' (16) must be a multiple of 'num_key_value_heads' (5)"});
+  j = qwen3_0_6b();
+  j.erase("head_dim");
+  j["hidden_size"] = 1000;
+  expect_error(j, {"'hidden_size' (1000) is not a multiple of 'num_attention_heads' (16)"});
+  j = qwen3_0_6b();
+  j["head_dim"] = 63;
+  expect_error(j, {"'head_dim' must be even"});
+  j = qwen3_0_6b();
+  j["rms_norm_eps"] = 0;
+  expect_error(j, {"'rms_norm_eps' must be positive"});
+  j = qwen3_0_6b();
+  j["rope_theta"] = -1;
+  expect_error(j, {"'rope_theta' must be positive"});
+  j = qwen3_0_6b();
+  j["eos_token_id"] = 151936;
+  expect_error(j, {"'eos_token_id'", "outside the vocabulary"});
+  j["eos_token_id"] = {1, "2"};
+  expect_error(j, {"'eos_token_id' must be an integer"});
+  j = qwen3_0_6b();
+  j["hidden_act"] = "gelu";
+  expect_error(j, {"'hidden_act'", "silu"});
+  j = qwen3_0_6b();
+  j["use_sliding_window"] = true;
+  expect_error(j, {"'use_sliding_window'", "not supported"});
+  j = qwen3_0_6b();
+  j["tie_word_embeddings"] = 1;
+  expect_error(j, {"'tie_word_embeddings' must be true or false"});
+}
+
+TEST(HfConfig, NotJsonOrNotAnObject) {
+  EXPECT_THROW(parse_model_config("{", kPath), Error);
+  EXPECT_THROW(parse_model_config("[1]", kPath), Error);
+  EXPECT_THROW(parse_model_config("{\"a\":\"\xff\"}", kPath), Error);
+  EXPECT_THROW(parse_model_config(qwen3_0_6b().dump() + std::string(1, '\0') + "junk", kPath),
+               Error);
+  // Deep nesting is an error, not a stack overflow.
+  json j = qwen3_0_6b();
+  std::string deep = j.dump();
+  deep.insert(1, "\"x\":" + std::string(100000, '[') + std::string(100000, ']') + ",");
+  EXPECT_NO_THROW(parse_model_config(deep, kPath));
+  j.erase("hidden_act");
+  deep = j.dump();
+  deep.insert(1, "\"hidden_act\":" + std::string(100000, '[') + std::string(100000, ']') + ",");
+  EXPECT_THROW(parse_model_config(deep, kPath), Error);
+  try {
+    parse_model_config("[1]", kPath);
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(kPath + ": not a JSON object"), std::string::npos);
+  }
+}
+
+class HfConfigFiles : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("nanovllm_hf_config_test_" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  void write(const std::string& name, const std::string& text) {
+    std::ofstream(dir_ / name) << text;
+  }
+  std::filesystem::path dir_;
+};
+
+TEST_F(HfConfigFiles, LoadModelConfig) {
+  try {
+    load_model_config(dir_.string());
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find((dir_ / "config.json").string()), std::string::npos);
+  }
+  write("config.json", qwen3_0_6b().dump());
+  EXPECT_EQ(load_model_config(dir_.string()).head_dim, 128);
+}
+
+TEST_F(HfConfigFiles, GenerationConfig) {
+  GenerationConfig none = load_generation_config(dir_.string());  // missing: empty
+  EXPECT_TRUE(none.eos_token_ids.empty());
+  EXPECT_FALSE(none.temperature || none.top_k || none.top_p);
+  write("generation_config.json",
+        R"({"bos_token_id":151643,"do_sample":true,"eos_token_id":[151645,151643],)"
+        R"("pad_token_id":151643,"temperature":0.6,"top_k":20,"top_p":0.95})");
+  GenerationConfig g = load_generation_config(dir_.string());
+  EXPECT_EQ(g.eos_token_ids, (std::vector<int>{151645, 151643}));
+  EXPECT_FLOAT_EQ(*g.temperature, 0.6f);
+  EXPECT_EQ(*g.top_k, 20);
+  EXPECT_FLOAT_EQ(*g.top_p, 0.95f);
+  write("generation_config.json", R"({"eos_token_id":7})");
+  g = load_generation_config(dir_.string());
+  EXPECT_EQ(g.eos_token_ids, std::vector<int>{7});
+  EXPECT_FALSE(g.temperature.has_value());
+  write("generation_config.json", R"({"top_p":"high"})");
+  try {
+    load_generation_config(dir_.string());
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("generation_config.json: field 'top_p'"),
+              std::string::npos)
+        << e.what();
+  }
+  write("generation_config.json", "{oops");
+  EXPECT_THROW(load_generation_config(dir_.string()), Error);
+}
+
+}  // namespace
+}  // namespace nanovllm

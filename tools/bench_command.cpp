@@ -1,0 +1,161 @@
+// nanovllm bench: nano-vllm's bench.py workload, then the two roofline figures (single-sequence
+// decode against memory bandwidth, one 512-token prefill against bf16 peak) with napkin math.
+#include <chrono>
+#include <cstdio>
+
+#include <nlohmann/json.hpp>
+
+#include "backend/cpu/gemm.h"
+#include "backend/cpu/roofline.h"
+#include "engine/llm_engine.h"
+#include "model/model_stats.h"
+#include "nanovllm/llm.h"
+#include "tools/commands.h"
+#include "util/bench_workload.h"
+#include "util/python_random.h"
+
+namespace nanovllm::cli {
+
+namespace {
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+struct Roofline {
+  double decode_seconds_per_token = 0;
+  double prefill_seconds = 0;
+  int prefill_tokens = 512;
+};
+
+// One sequence decoding alone, then one fresh 512-token prompt prefilled alone.
+Roofline measure_roofline(LLMEngine& engine, uint64_t seed) {
+  Roofline r;
+  PythonRandom rng(seed + 1);
+  const int vocab = std::min(engine.model_config().vocab_size, 10001);
+  auto random_prompt = [&](int n) {
+    std::vector<int32_t> p(static_cast<size_t>(n));
+    for (int32_t& t : p) t = int32_t(rng.randint(0, vocab - 1));
+    return p;
+  };
+  SamplingParams sp;
+  sp.temperature = 0.0f;
+  sp.ignore_eos = true;
+  sp.max_tokens = 64;
+  engine.add_request(random_prompt(32), sp);
+  engine.step();  // prefill
+  int decode_steps = 0;
+  double t0 = now_seconds();
+  while (!engine.is_finished()) {
+    StepResult s = engine.step();
+    decode_steps += s.num_decode_tokens;
+  }
+  r.decode_seconds_per_token = (now_seconds() - t0) / std::max(1, decode_steps);
+
+  const int n = std::min(r.prefill_tokens, engine.config().max_model_len - 1);
+  r.prefill_tokens = n;
+  sp.max_tokens = 1;
+  engine.add_request(random_prompt(n), sp);
+  double best = 1e30;
+  t0 = now_seconds();
+  while (!engine.is_finished()) engine.step();  // chunked if the budget is smaller
+  best = now_seconds() - t0;
+  r.prefill_seconds = best;
+  return r;
+}
+
+}  // namespace
+
+void add_bench(CLI::App& app, Commands& commands) {
+  auto* cmd = app.add_subcommand("bench", "throughput on nano-vllm's bench.py workload");
+  struct Args {
+    Config config;
+    int num_seqs = 256, max_input_len = 1024, max_output_len = 1024, min_len = 100;
+    uint64_t seed = 0;
+    bool roofline = true;
+  };
+  auto a = std::make_shared<Args>();
+  add_engine_flags(*cmd, a->config);
+  cmd->add_option("--num-seqs", a->num_seqs);
+  cmd->add_option("--max-input-len", a->max_input_len);
+  cmd->add_option("--max-output-len", a->max_output_len);
+  cmd->add_option("--min-len", a->min_len);
+  cmd->add_option("--seed", a->seed);
+  cmd->add_flag("--no-roofline{false}", a->roofline, "skip the decode/prefill roofline figures");
+  on_run(cmd, commands, [a] {
+    a->config.show_progress = false;
+    BenchWorkload w = make_bench_workload(a->num_seqs, a->max_input_len, a->max_output_len,
+                                          a->min_len, a->seed);
+    LLM llm(a->config);
+    LLMEngine& engine = llm.engine();
+    const ModelConfig& mc = engine.model_config();
+
+    // Warm-up, as bench.py does.
+    SamplingParams warm;
+    warm.max_tokens = 16;
+    llm.generate({{1, 2, 3, 4, 5, 6, 7, 8}}, {warm});
+
+    std::vector<SamplingParams> params(w.prompts.size());
+    int64_t prompt_tokens = 0, output_tokens = 0;
+    for (size_t i = 0; i < w.prompts.size(); ++i) {
+      params[i].temperature = 0.6f;
+      params[i].ignore_eos = true;
+      params[i].max_tokens = w.max_tokens[i];
+      prompt_tokens += int64_t(w.prompts[i].size());
+      output_tokens += w.max_tokens[i];
+    }
+    double t0 = now_seconds();
+    llm.generate(w.prompts, params);
+    double seconds = now_seconds() - t0;
+
+    nlohmann::json j;
+    j["num_seqs"] = a->num_seqs;
+    j["prompt_tokens"] = prompt_tokens;
+    j["output_tokens"] = output_tokens;
+    j["seconds"] = seconds;
+    j["output_tok_per_s"] = double(output_tokens) / seconds;
+    j["total_tok_per_s"] = double(prompt_tokens + output_tokens) / seconds;
+    j["device"] = engine.backend().describe();
+
+    const double weight_gb = double(weight_bytes_per_decode_step(mc)) / 1e9;
+    const double gflop_per_token = matmul_flops_per_token(mc) / 1e9;
+    std::fprintf(stderr, "workload: %d seqs, %lld prompt + %lld output tokens in %.2f s: %.1f output tok/s\n",
+                 a->num_seqs, (long long)prompt_tokens, (long long)output_tokens, seconds,
+                 double(output_tokens) / seconds);
+    std::fprintf(stderr, "model: %.3f GB of bf16 weights read per decode step, %.3f GFLOP of matmul per prompt token\n",
+                 weight_gb, gflop_per_token);
+    if (a->roofline) {
+      Roofline r = measure_roofline(engine, a->seed);
+      double bw = 0, peak = 0;
+      if (engine.backend().device() == DeviceKind::CPU) {
+        cpu::ThreadPool pool(a->config.num_threads > 0 ? a->config.num_threads
+                                                       : int(std::thread::hardware_concurrency()));
+        bw = cpu::measure_read_bandwidth_gbs(pool);
+        peak = cpu::measure_bf16_peak_gflops(pool, cpu::detect_gemm_isa());
+      }
+      const double decode_gbs = weight_gb / r.decode_seconds_per_token;
+      const double prefill_gflops = gflop_per_token * r.prefill_tokens / r.prefill_seconds;
+      j["mem_bandwidth_gbs"] = bw;
+      j["bf16_peak_gflops"] = peak;
+      j["decode_1seq_ms_per_token"] = r.decode_seconds_per_token * 1e3;
+      j["decode_1seq_weight_gbs"] = decode_gbs;
+      j["decode_bandwidth_fraction"] = bw > 0 ? decode_gbs / bw : 0.0;
+      j["prefill_tokens"] = r.prefill_tokens;
+      j["prefill_seconds"] = r.prefill_seconds;
+      j["prefill_gflops"] = prefill_gflops;
+      j["prefill_peak_fraction"] = peak > 0 ? prefill_gflops / peak : 0.0;
+      std::fprintf(stderr,
+                   "decode, 1 seq: %.2f ms/token -> %.3f GB / %.4f s = %.1f GB/s of %.1f GB/s measured (%.0f%%)\n",
+                   r.decode_seconds_per_token * 1e3, weight_gb, r.decode_seconds_per_token, decode_gbs,
+                   bw, bw > 0 ? 100 * decode_gbs / bw : 0.0);
+      std::fprintf(stderr,
+                   "prefill, %d tokens: %.3f s -> %.3f GFLOP x %d = %.1f GFLOP/s of %.1f GFLOP/s bf16 peak (%.0f%%)\n",
+                   r.prefill_tokens, r.prefill_seconds, gflop_per_token, r.prefill_tokens,
+                   prefill_gflops, peak, peak > 0 ? 100 * prefill_gflops / peak : 0.0);
+    }
+    std::printf("%s\n", j.dump().c_str());
+    return 0;
+  });
+}
+
+}  // namespace nanovllm::cli

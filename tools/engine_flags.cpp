@@ -1,0 +1,17 @@
+#include "tools/commands.h"
+
+namespace nanovllm::cli {
+
+void add_engine_flags(CLI::App& cmd, Config& c) {
+  cmd.add_option("--model", c.model, "Hugging Face model folder")->required();
+  cmd.add_option("--max-num-seqs", c.max_num_seqs, "sequences in one step");
+  cmd.add_option("--max-num-batched-tokens", c.max_num_batched_tokens, "token budget of one step");
+  cmd.add_option("--max-model-len", c.max_model_len, "prompt + output tokens at most");
+  cmd.add_option("--block-size", c.block_size, "tokens per KV cache block");
+  cmd.add_option("--kv-cache-memory", c.kv_cache_memory, "KV cache bytes (0: device default)");
+  cmd.add_flag("--no-prefix-cache{false}", c.enable_prefix_caching, "disable prefix caching");
+  cmd.add_option("--device", c.device, "cpu or cuda");
+  cmd.add_option("--threads", c.num_threads, "CPU threads (0: all cores)");
+}
+
+}  // namespace nanovllm::cli

@@ -1,0 +1,89 @@
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "nanovllm/llm.h"
+#include "tools/commands.h"
+#include "util/check.h"
+
+namespace nanovllm::cli {
+
+// "1, 2,3" -> {1, 2, 3}; Error naming the bad piece otherwise.
+std::vector<int32_t> parse_token_ids(const std::string& text) {
+  std::vector<int32_t> ids;
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    size_t comma = text.find(',', pos);
+    std::string piece = text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    size_t b = piece.find_first_not_of(" \t"), e = piece.find_last_not_of(" \t");
+    piece = b == std::string::npos ? "" : piece.substr(b, e - b + 1);
+    if (piece.empty() && comma == std::string::npos && ids.empty()) break;  // "" -> empty prompt
+    size_t used = 0;
+    long long v = 0;
+    try {
+      v = std::stoll(piece, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (piece.empty() || used != piece.size() || v < INT32_MIN || v > INT32_MAX) {
+      fail("--prompt-ids: '{}' is not a token id (expected comma-separated integers)", piece);
+    }
+    ids.push_back(int32_t(v));
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  return ids;
+}
+
+void add_generate(CLI::App& app, Commands& commands) {
+  auto* cmd = app.add_subcommand("generate", "generate completions for prompts");
+  struct Args {
+    Config config;
+    std::vector<std::string> prompt_ids;
+    SamplingParams params;
+    float temperature = 1.0f;
+    uint64_t seed = 0;
+    bool json = false;
+  };
+  auto a = std::make_shared<Args>();
+  add_engine_flags(*cmd, a->config);
+  cmd->add_option("--prompt-ids", a->prompt_ids, "a prompt as comma-separated token ids (repeatable)")
+      ->required();
+  auto* temp = cmd->add_option("--temperature", a->temperature, "0 = greedy (default: the model's)");
+  cmd->add_option("--max-tokens", a->params.max_tokens, "tokens to generate at most");
+  cmd->add_flag("--ignore-eos", a->params.ignore_eos, "do not stop at eos");
+  auto* seed = cmd->add_option("--seed", a->seed, "sampling seed (request i uses seed + i)");
+  cmd->add_flag("--json", a->json, "print one JSON array on stdout");
+  on_run(cmd, commands, [a, temp, seed] {
+    std::vector<std::vector<int32_t>> prompts;
+    for (const std::string& p : a->prompt_ids) prompts.push_back(parse_token_ids(p));
+    if (temp->count()) a->params.temperature = a->temperature;
+    std::vector<SamplingParams> params(prompts.size(), a->params);
+    if (seed->count()) {
+      for (size_t i = 0; i < params.size(); ++i) params[i].seed = a->seed + i;
+    }
+    LLM llm(a->config);
+    std::vector<GenerationOutput> outs = llm.generate(prompts, params);
+    if (a->json) {
+      nlohmann::json j = nlohmann::json::array();
+      for (const GenerationOutput& o : outs) {
+        nlohmann::json e = {{"token_ids", o.token_ids}, {"finish_reason", o.finish_reason}};
+        if (!o.error.empty()) e["error"] = o.error;
+        j.push_back(e);
+      }
+      std::printf("%s\n", j.dump().c_str());
+    } else {
+      for (size_t i = 0; i < outs.size(); ++i) {
+        std::printf("[%zu] finish_reason=%s tokens:", i, outs[i].finish_reason.c_str());
+        for (int32_t t : outs[i].token_ids) std::printf(" %d", t);
+        if (!outs[i].error.empty()) std::printf(" error: %s", outs[i].error.c_str());
+        std::printf("\n");
+      }
+    }
+    return 0;
+  });
+}
+
+}  // namespace nanovllm::cli
