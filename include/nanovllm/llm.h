@@ -1,9 +1,12 @@
 #pragma once
-// The public API: LLM::generate, as nano-vllm's LLM.generate.
+// The public API: LLM::generate (token ids or text) and LLM::chat, as nano-vllm's LLM.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "nanovllm/config.h"
 #include "nanovllm/sampling_params.h"
@@ -13,10 +16,21 @@ namespace nanovllm {
 class LLMEngine;
 
 struct GenerationOutput {
-  std::vector<int32_t> token_ids;  // completion tokens only
+  std::vector<int32_t> token_ids;  // completion tokens only (an eos that stopped it included)
   std::string finish_reason;       // "stop" (eos), "length" (max_tokens / max_model_len), "error"
   std::string error;               // the reason, when finish_reason == "error"
-  std::string text;                // detokenized completion (when the model has a tokenizer)
+  std::string text;                // the completion decoded with skip_special_tokens (when the
+                                   // model folder has a tokenizer; else empty)
+};
+
+// Called as text is produced: prompt index, newly completed text (never part of a UTF-8
+// character). Concatenated per index, it equals GenerationOutput::text.
+using StreamCallback = std::function<void(size_t index, const std::string& delta)>;
+
+struct ChatOptions {
+  nlohmann::ordered_json tools = nullptr;     // null or an array of tool definitions
+  bool add_generation_prompt = true;
+  nlohmann::ordered_json template_kwargs = nlohmann::ordered_json::object();  // e.g. enable_thinking
 };
 
 class LLM {
@@ -29,7 +43,18 @@ class LLM {
   // One output per prompt, in order. params holds one entry for all prompts or one per prompt.
   // Throws nanovllm::Error for an invalid request (nothing is run then).
   std::vector<GenerationOutput> generate(const std::vector<std::vector<int32_t>>& prompts,
-                                         const std::vector<SamplingParams>& params);
+                                         const std::vector<SamplingParams>& params,
+                                         const StreamCallback& on_text = nullptr);
+  // Text prompts, encoded with the model's tokenizer (special-token text is parsed).
+  std::vector<GenerationOutput> generate(const std::vector<std::string>& prompts,
+                                         const std::vector<SamplingParams>& params,
+                                         const StreamCallback& on_text = nullptr);
+  // The model's chat template applied to messages ([{"role": ..., "content": ...}, ...]).
+  std::string apply_chat_template(const nlohmann::ordered_json& messages,
+                                  const ChatOptions& options = {}) const;
+  // One conversation: apply_chat_template, then generate.
+  GenerationOutput chat(const nlohmann::ordered_json& messages, const SamplingParams& params,
+                        const ChatOptions& options = {}, const StreamCallback& on_text = nullptr);
 
   LLMEngine& engine() { return *engine_; }
 

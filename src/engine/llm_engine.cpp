@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 
 #include "engine/sampling_rng.h"
 
@@ -41,6 +42,8 @@ LLMEngine::LLMEngine(const Config& config) : config_(config) {
       eos_token_ids_.push_back(id);
     }
   }
+  const std::string tokenizer_path = (std::filesystem::path(config_.model) / "tokenizer.json").string();
+  if (std::filesystem::exists(tokenizer_path)) tokenizer_ = Tokenizer::from_file(tokenizer_path);
   backend_ = make_backend({.device = config_.device, .num_threads = config_.num_threads});
   model_runner_ = std::make_unique<ModelRunner>(config_, model_config_, *backend_);
   SchedulerConfig sc;
@@ -55,6 +58,16 @@ LLMEngine::LLMEngine(const Config& config) : config_(config) {
 }
 
 LLMEngine::~LLMEngine() = default;
+
+const Tokenizer& LLMEngine::require_tokenizer() const {
+  if (!tokenizer_) fail("{}: no tokenizer.json, so text prompts cannot be encoded (give token ids)", config_.model);
+  return *tokenizer_;
+}
+
+const ChatTemplate& LLMEngine::chat_template() const {
+  if (!chat_template_) chat_template_ = load_chat_template(config_.model);
+  return *chat_template_;
+}
 
 void LLMEngine::validate(const std::vector<int32_t>& prompt, const SamplingParams& p) const {
   if (prompt.empty()) fail("prompt is empty");

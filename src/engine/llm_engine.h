@@ -2,6 +2,7 @@
 // LLMEngine: requests in, one step at a time (nano-vllm's engine/llm_engine.py):
 // step() = schedule -> run -> postprocess.
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "backend/backend.h"
@@ -11,6 +12,8 @@
 #include "model/hf_config.h"
 #include "nanovllm/config.h"
 #include "nanovllm/sampling_params.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
 
 namespace nanovllm {
 
@@ -39,6 +42,11 @@ class LLMEngine {
   const GenerationConfig& generation_config() const { return generation_config_; }
   const Scheduler& scheduler() const { return *scheduler_; }
   Backend& backend() { return *backend_; }
+  // The model folder's tokenizer.json, or nullptr when it has none.
+  const Tokenizer* tokenizer() const { return tokenizer_ ? &*tokenizer_ : nullptr; }
+  const Tokenizer& require_tokenizer() const;  // Error when the folder has no tokenizer.json
+  // tokenizer_config.json's chat_template (loaded on first use). Error when there is none.
+  const ChatTemplate& chat_template() const;
   ModelRunner& model_runner() { return *model_runner_; }
 
  private:
@@ -51,6 +59,8 @@ class LLMEngine {
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<ModelRunner> model_runner_;
   std::unique_ptr<Scheduler> scheduler_;
+  std::optional<Tokenizer> tokenizer_;
+  mutable std::optional<ChatTemplate> chat_template_;
   int64_t next_seq_id_ = 0;
 };
 

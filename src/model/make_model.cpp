@@ -1,4 +1,5 @@
 #include "model/make_model.h"
+#include "tokenizer/tokenizer.h"
 
 #include <algorithm>
 #include <cmath>
@@ -252,7 +253,37 @@ void remove_old_weights(const fs::path& out) {
   }
 }
 
+// With a tokenizer, bos/eos follow its special tokens as Qwen's configs do: bos = <|endoftext|>,
+// eos = <|im_end|> (config.json) and [<|im_end|>, <|endoftext|>] (generation_config.json).
+void use_tokenizer_ids(Preset& p, const std::string& folder, int vocab) {
+  const std::string path = (fs::path(folder) / "tokenizer.json").string();
+  Tokenizer tok = Tokenizer::from_file(path);
+  if (tok.vocab_size() > vocab) {
+    fail("make-model: vocab {} is smaller than the tokenizer's {} ids ({})", vocab,
+         tok.vocab_size(), path);
+  }
+  const int32_t endoftext = tok.token_to_id("<|endoftext|>");
+  const int32_t im_end = tok.token_to_id("<|im_end|>");
+  if (endoftext < 0) fail("{}: no <|endoftext|> token to use as bos/eos", path);
+  p.bos_token_id = endoftext;
+  p.eos_token_id = im_end >= 0 ? im_end : endoftext;
+  p.generation_eos = {p.eos_token_id};
+  if (im_end >= 0) p.generation_eos.push_back(endoftext);
+}
+
+void copy_tokenizer(const std::string& folder, const fs::path& out) {
+  for (const char* name : {"tokenizer.json", "tokenizer_config.json"}) {
+    fs::path src = fs::path(folder) / name;
+    if (!fs::exists(src)) continue;
+    std::error_code ec;
+    fs::copy_file(src, out / name, fs::copy_options::overwrite_existing, ec);
+    if (ec) fail("make-model: cannot copy {} to {}: {}", src.string(), out.string(), ec.message());
+  }
+}
+
 }  // namespace
+
+int preset_vocab_size(const std::string& preset) { return find_preset(preset).vocab; }
 
 void make_model(const MakeModelOptions& o) {
   if (o.out.empty()) fail("make-model: no output folder given");
@@ -262,6 +293,7 @@ void make_model(const MakeModelOptions& o) {
   resolve(p.bos_token_id);
   resolve(p.eos_token_id);
   for (int& id : p.generation_eos) resolve(id);
+  if (!o.tokenizer.empty()) use_tokenizer_ids(p, o.tokenizer, vocab);
   const std::string arch = o.architecture.empty() ? p.architecture : o.architecture;
   if (arch != "Qwen3ForCausalLM" && arch != "Qwen2ForCausalLM")
     fail(
@@ -293,9 +325,11 @@ void make_model(const MakeModelOptions& o) {
   gen["do_sample"] = true;
   gen["eos_token_id"] = p.generation_eos;
   gen["pad_token_id"] = p.bos_token_id;
-  gen["temperature"] = p.temperature;
+  // Shortest decimal of the float (0.6, not 0.6000000238418579), as the real files have it.
+  auto decimal = [](float f) { return std::stod(fmt::format("{}", f)); };
+  gen["temperature"] = decimal(p.temperature);
   gen["top_k"] = p.top_k;
-  gen["top_p"] = p.top_p;
+  gen["top_p"] = decimal(p.top_p);
   write_json((out / "generation_config.json").string(), gen);
 
   std::vector<WeightSpec> specs = weight_specs(c);
@@ -344,6 +378,7 @@ void make_model(const MakeModelOptions& o) {
     index["weight_map"] = weight_map;
     write_json((out / "model.safetensors.index.json").string(), index);
   }
+  if (!o.tokenizer.empty()) copy_tokenizer(o.tokenizer, out);
 }
 
 }  // namespace nanovllm

@@ -23,7 +23,14 @@ struct MakeModelOptions {
   uint64_t seed = 0;         // same seed and shapes: byte-identical weights
   int shards = 1;            // > 1: model-0000i-of-0000N.safetensors + model.safetensors.index.json
   std::string out;           // the folder to write (created)
+  // A folder holding tokenizer.json (and tokenizer_config.json) to put into the model folder;
+  // empty: none. The vocab must cover the tokenizer's ids; bos/eos ids then follow the
+  // tokenizer's <|endoftext|> / <|im_end|> as Qwen's configs do.
+  std::string tokenizer;
 };
+
+// The vocab size of a preset. Throws Error for an unknown preset.
+int preset_vocab_size(const std::string& preset);
 
 // Writes the folder. Throws Error for an unknown preset or an invalid combination (the config is
 // validated by parse_model_config before any weights are written).
