@@ -11,10 +11,9 @@
 #include "tokenizer/chat_template.h"
 #include "tools/commands.h"
 #include "util/check.h"
+#include "util/file.h"
 
 namespace nanovllm::cli {
-
-std::string read_file(const std::string& path);  // tokenize_command.cpp
 
 namespace {
 

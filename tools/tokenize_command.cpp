@@ -1,24 +1,15 @@
 // nanovllm tokenize: the ids of a text as one JSON array (llama-tokenize's role).
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "tokenizer/tokenizer.h"
 #include "tools/commands.h"
 #include "util/check.h"
+#include "util/file.h"
 
 namespace nanovllm::cli {
-
-std::string read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) fail("{}: cannot open", path);
-  std::ostringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
 
 void add_tokenize(CLI::App& app, Commands& commands) {
   auto* cmd = app.add_subcommand("tokenize", "print the token ids of a text as a JSON array");

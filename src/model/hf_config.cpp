@@ -9,6 +9,8 @@
 #include <nlohmann/json.hpp>
 
 #include "util/check.h"
+#include "util/file.h"
+#include "util/json_brief.h"
 
 namespace nanovllm {
 
@@ -18,18 +20,6 @@ using json = nlohmann::json;
 
 constexpr const char* kSupported = "Qwen3ForCausalLM, Qwen2ForCausalLM";
 
-std::string read_text_file(const std::string& path) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) fail("{}: cannot open: {}", path, std::strerror(errno));
-  std::string text;
-  char buf[65536];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
-  bool error = std::ferror(f);
-  std::fclose(f);
-  if (error) fail("{}: read failed", path);
-  return text;
-}
 
 // Python's json module (which transformers uses) keeps the last of duplicate keys, as nlohmann
 // does, so config files get the same meaning here as there.
@@ -46,24 +36,7 @@ json parse_object(const std::string& text, const std::string& path) {
   return j;
 }
 
-// A JSON value for an error message: scalars as JSON (shortened), arrays by their first
-// elements, objects by name; never recursive (headers may nest deeply).
-std::string brief(const json& v) {
-  if (v.is_object()) return "an object";
-  if (v.is_array()) {
-    std::string s = "[";
-    size_t i = 0;
-    for (const json& x : v) {
-      if (i) s += ", ";
-      if (i++ == 4) return s + "...]";
-      s += x.is_structured() ? (x.is_array() ? "[...]" : "{...}")
-                             : x.dump(-1, ' ', false, json::error_handler_t::replace);
-    }
-    return s + "]";
-  }
-  std::string s = v.dump(-1, ' ', false, json::error_handler_t::replace);
-  return s.size() > 60 ? s.substr(0, 57) + "..." : s;
-}
+std::string brief(const json& v) { return json_brief(v); }
 
 // A field of `obj`, or nullptr when absent or null (HF writes null for "not set").
 const json* field(const json& obj, const char* name) {
@@ -230,7 +203,7 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
 
 ModelConfig load_model_config(const std::string& folder) {
   std::string path = (std::filesystem::path(folder) / "config.json").string();
-  return parse_model_config(read_text_file(path), path);
+  return parse_model_config(read_file(path), path);
 }
 
 GenerationConfig load_generation_config(const std::string& folder) {
@@ -238,7 +211,7 @@ GenerationConfig load_generation_config(const std::string& folder) {
   GenerationConfig g;
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) return g;
-  json j = parse_object(read_text_file(path), path);
+  json j = parse_object(read_file(path), path);
   g.eos_token_ids = eos_ids(j, path);
   if (const json* v = field(j, "temperature")) {
     g.temperature = float(as_number(*v, path, "temperature"));

@@ -13,6 +13,8 @@
 #include <set>
 
 #include "util/check.h"
+#include "util/file.h"
+#include "util/json_brief.h"
 
 namespace nanovllm {
 
@@ -64,24 +66,7 @@ std::string shape_str(const std::vector<int64_t>& shape) {
   return fmt::format("[{}]", fmt::join(shape, ", "));
 }
 
-// A JSON value for an error message: scalars as JSON (shortened), arrays by their first
-// elements, objects by name; never recursive (headers may nest deeply).
-std::string brief(const json& v) {
-  if (v.is_object()) return "an object";
-  if (v.is_array()) {
-    std::string s = "[";
-    size_t i = 0;
-    for (const json& x : v) {
-      if (i) s += ", ";
-      if (i++ == 4) return s + "...]";
-      s += x.is_structured() ? (x.is_array() ? "[...]" : "{...}")
-                             : x.dump(-1, ' ', false, json::error_handler_t::replace);
-    }
-    return s + "]";
-  }
-  std::string s = v.dump(-1, ' ', false, json::error_handler_t::replace);
-  return s.size() > 60 ? s.substr(0, 57) + "..." : s;
-}
+std::string brief(const json& v) { return json_brief(v); }
 
 // Parses the header, rejecting duplicate keys in any object (nlohmann would keep the last one).
 json parse_header(std::string_view text, const std::string& path) {
@@ -310,19 +295,6 @@ const SafetensorsTensor* SafetensorsFile::find(const std::string& name) const {
 
 namespace {
 
-std::string read_text_file(const std::string& path) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) fail("{}: cannot open: {}", path, std::strerror(errno));
-  std::string text;
-  char buf[65536];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
-  bool error = std::ferror(f);
-  std::fclose(f);
-  if (error) fail("{}: read failed", path);
-  return text;
-}
-
 // A shard name from an index must be a plain file name inside the folder.
 bool is_plain_file_name(const std::string& s) {
   return !s.empty() && s != "." && s != ".." && s.find('/') == std::string::npos &&
@@ -342,7 +314,7 @@ Checkpoint::Checkpoint(const std::string& folder) : folder_(folder) {
   if (fs::exists(index_path, ec)) {
     json index;
     try {
-      std::string text = read_text_file(index_path);
+      std::string text = read_file(index_path);
       if (text.find('\0') != std::string::npos)
         fail("{}: not valid JSON: holds a NUL byte", index_path);
       index = json::parse(text);

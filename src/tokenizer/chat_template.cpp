@@ -1,11 +1,10 @@
 #include "tokenizer/chat_template.h"
 
-#include <fstream>
-#include <sstream>
 
 #include "tokenizer/jinja_interp.h"
 #include "tokenizer/jinja_parser.h"
 #include "util/check.h"
+#include "util/file.h"
 
 namespace nanovllm {
 
@@ -63,13 +62,10 @@ std::string special_token(const nlohmann::ordered_json& config, const char* key,
 
 ChatTemplate load_chat_template(const std::string& model_folder) {
   const std::string path = model_folder + "/tokenizer_config.json";
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("{}: cannot open", path);
-  std::stringstream buf;
-  buf << in.rdbuf();
+  const std::string text = read_file(path);
   nlohmann::ordered_json config;
   try {
-    config = nlohmann::ordered_json::parse(buf.str());
+    config = nlohmann::ordered_json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     fail("{}: invalid JSON: {}", path, e.what());
   }

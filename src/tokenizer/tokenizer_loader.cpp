@@ -1,7 +1,5 @@
 // tokenizer.json -> TokenizerImpl. Every rejection names the file and the JSON field.
-#include <fstream>
 #include <limits>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -10,6 +8,7 @@
 #include "tokenizer/tokenizer_impl.h"
 #include "tokenizer/utf8.h"
 #include "util/check.h"
+#include "util/file.h"
 
 namespace nanovllm {
 
@@ -319,12 +318,7 @@ Tokenizer Tokenizer::from_json(std::string_view json_text, const std::string& so
 }
 
 Tokenizer Tokenizer::from_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("{}: cannot open tokenizer file", path);
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  if (!in.good() && !in.eof()) fail("{}: cannot read tokenizer file", path);
-  return from_json(buffer.str(), path);
+  return from_json(read_file(path), path);
 }
 
 }  // namespace nanovllm
