@@ -1,7 +1,11 @@
 #pragma once
 // Tiny generated checkpoints shared by the model tests: made once per test binary in a temp dir.
+#include <unistd.h>
+
 #include <filesystem>
 #include <string>
+#include <system_error>
+#include <vector>
 
 #include "model/hf_config.h"
 #include "model/make_model.h"
@@ -9,11 +13,25 @@
 
 namespace nanovllm::test {
 
+// Folders made by this test process, removed when it exits.
+inline void remove_at_exit(const std::filesystem::path& dir) {
+  struct Cleanup {
+    std::vector<std::filesystem::path> dirs;
+    ~Cleanup() {
+      std::error_code ec;
+      for (const auto& d : dirs) std::filesystem::remove_all(d, ec);
+    }
+  };
+  static Cleanup cleanup;
+  cleanup.dirs.push_back(dir);
+}
+
 inline std::string tiny_model(const std::string& preset, uint64_t seed = 1) {
   namespace fs = std::filesystem;
   fs::path dir = fs::temp_directory_path() /
                  ("nanovllm-test-" + preset + "-" + std::to_string(seed) + "-" + std::to_string(::getpid()));
   if (!fs::exists(dir / "config.json")) {
+    remove_at_exit(dir);
     MakeModelOptions o;
     o.preset = preset;
     o.seed = seed;

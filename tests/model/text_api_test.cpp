@@ -23,6 +23,8 @@ class TextApi : public ::testing::Test {
     if (!fs::exists(tok / "tokenizer.json")) GTEST_SKIP() << tok << " missing: run scripts/install_deps.sh";
     dir_ = fs::temp_directory_path() / ("nanovllm-text-" + std::to_string(::getpid()));
     if (!fs::exists(dir_ / "config.json")) {
+      test::remove_at_exit(dir_);
+      test::remove_at_exit(dir_.string() + "-gen");
       MakeModelOptions o;
       o.preset = "tiny";
       o.vocab = 151936;
