@@ -1,5 +1,6 @@
 // CpuBackend: construction, memory, weights, and the row-copy ops (embedding, gather_rows) and
-// linear. The other ops are in norm.cpp, rope.cpp, activation.cpp, attention.cpp, sampler.cpp.
+// linear. The other ops are in norm.cpp, rope.cpp, activation.cpp, kv_cache.cpp,
+// attention_prefill.cpp, attention_decode.cpp, sampler.cpp.
 #include "backend/cpu/cpu_backend.h"
 
 #include <fmt/format.h>

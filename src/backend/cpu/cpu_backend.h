@@ -3,7 +3,8 @@
 // CPU has it). Activations are f32, weights and the KV cache bf16. All work runs on the
 // backend's own ThreadPool; metadata (block tables, lengths, sampling fields) is read from
 // ForwardBatch::host. Kernels live in one file per concept: cpu_backend.cpp (memory, linear,
-// embedding, gather_rows), norm.cpp, rope.cpp, activation.cpp, attention.cpp, sampler.cpp.
+// embedding, gather_rows), norm.cpp, rope.cpp, activation.cpp, kv_cache.cpp,
+// attention_prefill.cpp, attention_decode.cpp, sampler.cpp.
 //
 // KV cache layout (per layer, k and v alike): [num_blocks, block_size, Hkv, D] bf16, contiguous;
 // slot s = block_id * block_size + offset addresses row s of the [num_blocks * block_size,
@@ -45,11 +46,11 @@ class CpuBackend : public Backend {
   void rope(Tensor x, Tensor positions, Tensor cos_sin) override;                   // rope.cpp
   void silu_and_mul(Tensor out, Tensor x) override;  // activation.cpp
   void store_kv(Tensor k, Tensor v, const LayerKVCache& cache,
-                const ForwardBatch& batch) override;  // attention.cpp
+                const ForwardBatch& batch) override;  // kv_cache.cpp
   void attention_prefill(Tensor out, Tensor q, const LayerKVCache& cache, const ForwardBatch& batch,
-                         float scale) override;  // attention.cpp
+                         float scale) override;  // attention_prefill.cpp
   void attention_decode(Tensor out, Tensor q, const LayerKVCache& cache, const ForwardBatch& batch,
-                        float scale) override;  // attention.cpp
+                        float scale) override;  // attention_decode.cpp
   void gather_rows(Tensor out, Tensor x, Tensor indices) override;
   void sample(Tensor out, Tensor logits, const ForwardBatch& batch) override;  // sampler.cpp
 

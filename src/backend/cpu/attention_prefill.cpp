@@ -1,0 +1,263 @@
+// CpuBackend::attention_prefill over the paged bf16 KV cache: a tiled flash attention (also run
+// by attention_decode for GQA groups above 8).
+//
+// One work item = (sequence, kv head, block of query tokens): its rows are every query head of
+// the GQA group for each of those tokens (about kRowsTarget rows, padded to a multiple of 8). The
+// item walks its keys in tiles of up to kTile: the tile's K and V rows (found through the block
+// table) are converted to f32 once and shared by all rows. Scores are computed transposed,
+// S^T[key][row], by a register-blocked kernel that broadcasts one key element and multiplies it
+// into 8-row vectors of Q^T (no horizontal sums); the online softmax (running max m, sum l) is
+// then elementwise over row vectors, and O^T[d][row] += P^T[key][row] * V[key][d] likewise. Keys
+// beyond the last row's causal limit are never visited; tiles that cross a row's limit are masked.
+#include <algorithm>
+#include <vector>
+
+#include "backend/cpu/attention_common.h"
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/vec_avx2.h"
+
+#pragma GCC target("avx2,fma")
+
+namespace nanovllm::cpu {
+
+using namespace attention_detail;
+
+namespace {
+
+constexpr int64_t kTile = 48;        // keys per tile (K and V staged as f32)
+constexpr int64_t kRowsTarget = 64;  // rows (tokens x group heads) per work item
+
+// Per-thread buffers; rp = the item's row count padded to 8 (the row stride of the ^T arrays).
+struct PrefillScratch {
+  std::vector<float> qt;    // [D][rp]      Q^T, pre-multiplied by the scale
+  std::vector<float> kf;    // [kTile][D]   the tile's keys, f32
+  std::vector<float> vf;    // [kTile][D]   the tile's values, f32
+  std::vector<float> st;    // [kTile][rp]  S^T, then P^T
+  std::vector<float> ot;    // [D][rp]      unnormalized O^T
+  std::vector<float> m, l, corr, lim;  // [rp] running max, running sum, rescale, causal limit
+};
+
+// S^T[k0 + u][r0 .. r0 + 8 NR) = sum_d Q^T[d][r0 ..] * K[k0 + u][d] for u < KB.
+template <int NR, int KB>
+inline void qk_block(const float* qt, int64_t rp, int64_t r0, const float* kf, int64_t k0,
+                     int64_t d, float* st) {
+  __m256 acc[KB][NR];
+  #pragma GCC unroll 16
+  for (int u = 0; u < KB; ++u)
+    #pragma GCC unroll 16
+    for (int i = 0; i < NR; ++i) acc[u][i] = _mm256_setzero_ps();
+  const float* kp = kf + k0 * d;
+  for (int64_t e = 0; e < d; ++e) {
+    __m256 qv[NR];
+    #pragma GCC unroll 16
+    for (int i = 0; i < NR; ++i) qv[i] = _mm256_loadu_ps(qt + e * rp + r0 + 8 * i);
+    #pragma GCC unroll 16
+    for (int u = 0; u < KB; ++u) {
+      const __m256 kb = _mm256_broadcast_ss(kp + u * d + e);
+      #pragma GCC unroll 16
+      for (int i = 0; i < NR; ++i) acc[u][i] = _mm256_fmadd_ps(qv[i], kb, acc[u][i]);
+    }
+  }
+  #pragma GCC unroll 16
+  for (int u = 0; u < KB; ++u)
+    #pragma GCC unroll 16
+    for (int i = 0; i < NR; ++i) _mm256_storeu_ps(st + (k0 + u) * rp + r0 + 8 * i, acc[u][i]);
+}
+
+template <int NR>
+void qk_rows(const float* qt, int64_t rp, int64_t r0, const float* kf, int64_t n, int64_t d,
+             float* st) {
+  int64_t k = 0;
+  for (; k + 6 <= n; k += 6) qk_block<NR, 6>(qt, rp, r0, kf, k, d, st);
+  switch (n - k) {
+    case 5: return qk_block<NR, 5>(qt, rp, r0, kf, k, d, st);
+    case 4: return qk_block<NR, 4>(qt, rp, r0, kf, k, d, st);
+    case 3: return qk_block<NR, 3>(qt, rp, r0, kf, k, d, st);
+    case 2: return qk_block<NR, 2>(qt, rp, r0, kf, k, d, st);
+    case 1: return qk_block<NR, 1>(qt, rp, r0, kf, k, d, st);
+    default: return;
+  }
+}
+
+// O^T[d0 + u][r0 .. r0 + 8 NR) = O^T[..] * corr[r0 ..] + sum_k P^T[k][r0 ..] * V[k][d0 + u].
+template <int NR, int DB>
+inline void pv_block(float* ot, int64_t rp, int64_t r0, int64_t d0, const float* corr,
+                     const float* pt, const float* vf, int64_t n, int64_t d) {
+  __m256 acc[DB][NR];
+  #pragma GCC unroll 16
+  for (int i = 0; i < NR; ++i) {
+    const __m256 c = _mm256_loadu_ps(corr + r0 + 8 * i);
+    #pragma GCC unroll 16
+    for (int u = 0; u < DB; ++u)
+      acc[u][i] = _mm256_mul_ps(_mm256_loadu_ps(ot + (d0 + u) * rp + r0 + 8 * i), c);
+  }
+  for (int64_t k = 0; k < n; ++k) {
+    __m256 pv[NR];
+    #pragma GCC unroll 16
+    for (int i = 0; i < NR; ++i) pv[i] = _mm256_loadu_ps(pt + k * rp + r0 + 8 * i);
+    #pragma GCC unroll 16
+    for (int u = 0; u < DB; ++u) {
+      const __m256 vb = _mm256_broadcast_ss(vf + k * d + d0 + u);
+      #pragma GCC unroll 16
+      for (int i = 0; i < NR; ++i) acc[u][i] = _mm256_fmadd_ps(pv[i], vb, acc[u][i]);
+    }
+  }
+  #pragma GCC unroll 16
+  for (int u = 0; u < DB; ++u)
+    #pragma GCC unroll 16
+    for (int i = 0; i < NR; ++i) _mm256_storeu_ps(ot + (d0 + u) * rp + r0 + 8 * i, acc[u][i]);
+}
+
+template <int NR>
+void pv_rows(float* ot, int64_t rp, int64_t r0, const float* corr, const float* pt,
+             const float* vf, int64_t n, int64_t d) {
+  int64_t e = 0;
+  for (; e + 6 <= d; e += 6) pv_block<NR, 6>(ot, rp, r0, e, corr, pt, vf, n, d);
+  switch (d - e) {
+    case 5: return pv_block<NR, 5>(ot, rp, r0, e, corr, pt, vf, n, d);
+    case 4: return pv_block<NR, 4>(ot, rp, r0, e, corr, pt, vf, n, d);
+    case 3: return pv_block<NR, 3>(ot, rp, r0, e, corr, pt, vf, n, d);
+    case 2: return pv_block<NR, 2>(ot, rp, r0, e, corr, pt, vf, n, d);
+    case 1: return pv_block<NR, 1>(ot, rp, r0, e, corr, pt, vf, n, d);
+    default: return;
+  }
+}
+
+void run_prefill_item(const AttnArgs& a, const PrefillItem& it, PrefillScratch& sc) {
+  const int64_t d = a.head_dim, g = a.group;
+  const int64_t rows = (it.t1 - it.t0) * g, rp = (rows + 7) / 8 * 8;
+  sc.qt.resize(size_t(d * rp));
+  sc.ot.assign(size_t(d * rp), 0.0f);
+  sc.st.resize(size_t(kTile * rp));
+  for (auto* v : {&sc.m, &sc.l, &sc.corr, &sc.lim}) v->resize(size_t(rp));
+  // Row r (r < rows): token t0 + r / g, query head kv_head * g + r % g; it sees keys
+  // [0, lim[r]). Padding rows repeat the last row (their results are dropped).
+  for (int64_t r = 0; r < rows; ++r) {  // the q rows come from memory: request them all first
+    const int64_t t = it.t0 + r / g, h = it.kv_head * g + r % g;
+    const char* q = reinterpret_cast<const char*>(a.q + t * a.q_stride + h * a.q_head_stride);
+    for (int64_t b = 0; b < d * 4; b += 64) _mm_prefetch(q + b, _MM_HINT_T0);
+  }
+  for (int64_t r = 0; r < rp; ++r) {
+    const int64_t rr = std::min(r, rows - 1);
+    const int64_t t = it.t0 + rr / g, h = it.kv_head * g + rr % g;
+    sc.lim[size_t(r)] = float(it.first_pos + (t - it.q_begin) + 1);
+    sc.m[size_t(r)] = kNegInf;
+    sc.l[size_t(r)] = 0.0f;
+    const float* q = a.q + t * a.q_stride + h * a.q_head_stride;
+    for (int64_t e = 0; e < d; ++e) sc.qt[size_t(e * rp + r)] = q[e] * a.scale;
+  }
+  const int32_t* table = a.block_tables + it.seq * a.max_num_blocks;
+  const int64_t num_keys = int64_t(sc.lim[size_t(rows - 1)]);  // the last row sees the most
+  const int64_t min_keys = int64_t(sc.lim[0]);
+  float* st = sc.st.data();
+  const int64_t row_bytes = d * 2;
+  auto prefetch_keys = [&](int64_t k0, int64_t k1) {  // this head's K and V rows, into L2
+    for (int64_t key = k0; key < k1; ++key) {
+      const int64_t block = table[key / a.block_size];
+      if (block < 0 || block >= a.num_blocks) continue;  // checked when the key is reached
+      const int64_t off =
+          ((block * a.block_size + key % a.block_size) * a.num_kv_heads + it.kv_head) * d;
+      for (int64_t b = 0; b < row_bytes; b += 64) {
+        _mm_prefetch(reinterpret_cast<const char*>(a.k_cache + off) + b, _MM_HINT_T1);
+        _mm_prefetch(reinterpret_cast<const char*>(a.v_cache + off) + b, _MM_HINT_T1);
+      }
+    }
+  };
+  prefetch_keys(0, std::min(kTile, num_keys));
+  for (int64_t c0 = 0; c0 < num_keys; c0 += kTile) {
+    const int64_t n = std::min(kTile, num_keys - c0);
+    prefetch_keys(c0 + kTile, std::min(c0 + 2 * kTile, num_keys));
+    for (int64_t j = 0; j < n; ++j) {
+      const int64_t off = token_row(a, table, c0 + j) + it.kv_head * d;
+      bf16_row_to_f32(sc.kf.data() + j * d, a.k_cache + off, d);
+      bf16_row_to_f32(sc.vf.data() + j * d, a.v_cache + off, d);
+    }
+    int64_t r0 = 0;
+    for (; r0 + 16 <= rp; r0 += 16) qk_rows<2>(sc.qt.data(), rp, r0, sc.kf.data(), n, d, st);
+    if (r0 < rp) qk_rows<1>(sc.qt.data(), rp, r0, sc.kf.data(), n, d, st);
+    // Online softmax over 8-row vectors; S^T becomes P^T (masked entries 0).
+    const bool masked = c0 + n > min_keys;
+    for (int64_t r = 0; r < rp; r += 8) {
+      const __m256 lim = _mm256_loadu_ps(sc.lim.data() + r);
+      __m256 mx = _mm256_set1_ps(kNegInf);
+      for (int64_t k = 0; k < n; ++k) {
+        __m256 s = _mm256_loadu_ps(st + k * rp + r);
+        if (masked) {
+          const __m256 valid = _mm256_cmp_ps(_mm256_set1_ps(float(c0 + k)), lim, _CMP_LT_OQ);
+          s = _mm256_blendv_ps(_mm256_set1_ps(kNegInf), s, valid);
+        }
+        mx = _mm256_max_ps(mx, s);
+      }
+      const __m256 m_old = _mm256_loadu_ps(sc.m.data() + r);
+      const __m256 m_new = _mm256_max_ps(m_old, mx);  // finite: key 0 is in every row's first tile
+      const __m256 corr = vec::exp(_mm256_sub_ps(m_old, m_new));
+      __m256 sum = _mm256_setzero_ps();
+      for (int64_t k = 0; k < n; ++k) {
+        __m256 p = vec::exp(_mm256_sub_ps(_mm256_loadu_ps(st + k * rp + r), m_new));
+        if (masked)
+          p = _mm256_and_ps(p, _mm256_cmp_ps(_mm256_set1_ps(float(c0 + k)), lim, _CMP_LT_OQ));
+        _mm256_storeu_ps(st + k * rp + r, p);
+        sum = _mm256_add_ps(sum, p);
+      }
+      _mm256_storeu_ps(sc.l.data() + r,
+                       _mm256_fmadd_ps(_mm256_loadu_ps(sc.l.data() + r), corr, sum));
+      _mm256_storeu_ps(sc.m.data() + r, m_new);
+      _mm256_storeu_ps(sc.corr.data() + r, corr);
+    }
+    for (r0 = 0; r0 + 16 <= rp; r0 += 16)
+      pv_rows<2>(sc.ot.data(), rp, r0, sc.corr.data(), st, sc.vf.data(), n, d);
+    if (r0 < rp) pv_rows<1>(sc.ot.data(), rp, r0, sc.corr.data(), st, sc.vf.data(), n, d);
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t t = it.t0 + r / g, h = it.kv_head * g + r % g;
+    float* o = a.out + (t * a.num_kv_heads * g + h) * d;
+    const float inv = 1.0f / sc.l[size_t(r)];
+    for (int64_t e = 0; e < d; ++e) o[e] = sc.ot[size_t(e * rp + r)] * inv;
+  }
+}
+
+}  // namespace
+
+void attention_detail::run_prefill_items(ThreadPool& pool, const AttnArgs& a,
+                                         std::vector<PrefillItem>& items) {
+  std::stable_sort(items.begin(), items.end(),
+                   [](const PrefillItem& x, const PrefillItem& y) { return x.cost > y.cost; });
+  run_dynamic(
+      pool, int64_t(items.size()),
+      [&] {
+        PrefillScratch sc;
+        sc.kf.resize(size_t(kTile * a.head_dim));
+        sc.vf.resize(size_t(kTile * a.head_dim));
+        return sc;
+      },
+      [&](int64_t i, PrefillScratch& sc) { run_prefill_item(a, items[size_t(i)], sc); });
+}
+
+// Per seq b, with K, V = its cached keys/values [ctx_b, Hkv, D] repeated over the GQA group:
+// out[rows of b] = F.scaled_dot_product_attention(q, K, V, scale=scale) under the causal mask
+// that lets query i (at position ctx_b - seqlen_q_b + i) see keys [0, that position].
+void CpuBackend::attention_prefill(Tensor out, Tensor q, const LayerKVCache& cache,
+                                   const ForwardBatch& batch, float scale) {
+  const AttnArgs a = make_args(out, q, cache, batch, scale);
+  const HostBatch& hb = *batch.host;
+  const int num_seqs = hb.num_seqs();
+  NV_CHECK(num_seqs >= 1 && hb.cu_seqlens_q[0] == 0 && hb.cu_seqlens_q.back() == q.shape[0] &&
+               (hb.context_lens.empty() || hb.context_lens.size() == size_t(num_seqs)),
+           "prefill of q {} with {} seqs", q.describe(), num_seqs);
+  const int64_t block_tokens = std::max<int64_t>(1, kRowsTarget / a.group);
+  std::vector<PrefillItem> items;
+  for (int b = 0; b < num_seqs; ++b) {
+    const int64_t q0 = hb.cu_seqlens_q[size_t(b)], q1 = hb.cu_seqlens_q[size_t(b) + 1];
+    const int64_t ctx = context_len(hb, b);
+    check_context(a, hb, ctx, q1 - q0, b);
+    for (int64_t h = 0; h < a.num_kv_heads; ++h)
+      for (int64_t t0 = q0; t0 < q1; t0 += block_tokens) {
+        const int64_t t1 = std::min(q1, t0 + block_tokens);
+        const int64_t keys = ctx - (q1 - q0) + (t1 - q0);
+        items.push_back({b, h, q0, t0, t1, ctx - (q1 - q0), (t1 - t0) * keys});
+      }
+  }
+  run_prefill_items(pool_, a, items);
+}
+
+}  // namespace nanovllm::cpu
