@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <random>
 
 #include "engine/llm_engine.h"
@@ -124,6 +125,52 @@ TEST_F(Invariants, SeededSamplingIsReproducibleAndBatchIndependent) {
   auto together = llm.generate(prompts, {sp});
   auto alone = llm.generate({prompts[1]}, {sp});
   EXPECT_EQ(together[1].token_ids, alone[0].token_ids);
+}
+
+}  // namespace
+}  // namespace nanovllm
+
+namespace nanovllm {
+namespace {
+
+// Block size, token budget, cache size, sequence limit and prefix caching drawn at random: the
+// greedy outputs never change (odd block sizes and tiny budgets stress the paged attention
+// block tables, chunking and preemption together).
+TEST(InvariantsRandom, EngineConfigsAgree) {
+  std::string model = test::tiny_model("tiny");
+  const int vocab = test::vocab_size(model);
+  std::mt19937 rng(99);
+  Prompts prompts;
+  std::vector<int32_t> shared = random_tokens(rng, 23, vocab);
+  for (int i = 0; i < 6; ++i) {
+    std::vector<int32_t> p = i % 2 ? shared : std::vector<int32_t>{};
+    std::vector<int32_t> tail = random_tokens(rng, 1 + 13 * i, vocab);
+    p.insert(p.end(), tail.begin(), tail.end());
+    prompts.push_back(p);
+  }
+  size_t longest = 0;
+  for (const auto& p : prompts) longest = std::max(longest, p.size() + 16);
+  Config base = test::tiny_config(model);
+  auto want = greedy(base, prompts, 16);
+  const int block_sizes[] = {1, 3, 7, 16, 32};
+  int64_t total_preemptions = 0;
+  for (int trial = 0; trial < 24; ++trial) {
+    Config c = base;
+    c.block_size = block_sizes[rng() % 5];
+    c.max_num_batched_tokens = 8 + int(rng() % 64);
+    c.max_num_seqs = 1 + int(rng() % 6);
+    c.enable_prefix_caching = rng() % 2;
+    // Enough blocks for the longest request alone (prompt + 16 tokens), sometimes barely.
+    const int64_t blocks = int64_t(longest + c.block_size - 1) / c.block_size + int64_t(rng() % 40);
+    c.kv_cache_memory = blocks * test::kv_block_bytes(model, c.block_size);
+    int64_t preemptions = 0;
+    EXPECT_EQ(greedy(c, prompts, 16, &preemptions), want)
+        << "block_size " << c.block_size << ", budget " << c.max_num_batched_tokens << ", seqs "
+        << c.max_num_seqs << ", prefix cache " << c.enable_prefix_caching << ", blocks " << blocks;
+    total_preemptions += preemptions;
+  }
+  EXPECT_GT(total_preemptions, 0) << "some trial should have been short of blocks";
+  std::printf("24 random engine configs, %lld preemptions in all\n", (long long)total_preemptions);
 }
 
 }  // namespace
