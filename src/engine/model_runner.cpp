@@ -75,12 +75,7 @@ HostBatch ModelRunner::prepare_prefill(const std::vector<Sequence*>& seqs) const
     b.max_seqlen_q = std::max(b.max_seqlen_q, end - start);
     b.max_seqlen_k = std::max(b.max_seqlen_k, end);
   }
-  b.max_num_blocks = 0;
-  for (const Sequence* seq : seqs) b.max_num_blocks = std::max(b.max_num_blocks, int(seq->block_table.size()));
-  for (const Sequence* seq : seqs) {
-    b.block_tables.insert(b.block_tables.end(), seq->block_table.begin(), seq->block_table.end());
-    b.block_tables.resize(b.block_tables.size() + b.max_num_blocks - seq->block_table.size(), -1);
-  }
+  prepare_block_tables(b, seqs);
   prepare_sample(b, seqs);
   return b;
 }
@@ -101,15 +96,21 @@ HostBatch ModelRunner::prepare_decode(const std::vector<Sequence*>& seqs) const 
     b.context_lens.push_back(pos + 1);
     b.last_token_indices.push_back(int32_t(b.last_token_indices.size()));
     b.max_seqlen_k = std::max(b.max_seqlen_k, pos + 1);
-    b.max_num_blocks = std::max(b.max_num_blocks, int(seq->block_table.size()));
   }
   b.max_seqlen_q = 1;
+  prepare_block_tables(b, seqs);
+  prepare_sample(b, seqs);
+  return b;
+}
+
+// block_tables [num_seqs, max_num_blocks], each row padded with -1.
+void ModelRunner::prepare_block_tables(HostBatch& b, const std::vector<Sequence*>& seqs) const {
+  b.max_num_blocks = 0;
+  for (const Sequence* seq : seqs) b.max_num_blocks = std::max(b.max_num_blocks, int(seq->block_table.size()));
   for (const Sequence* seq : seqs) {
     b.block_tables.insert(b.block_tables.end(), seq->block_table.begin(), seq->block_table.end());
     b.block_tables.resize(b.block_tables.size() + b.max_num_blocks - seq->block_table.size(), -1);
   }
-  prepare_sample(b, seqs);
-  return b;
 }
 
 void ModelRunner::prepare_sample(HostBatch& b, const std::vector<Sequence*>& seqs) const {

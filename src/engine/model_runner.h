@@ -30,6 +30,7 @@ class ModelRunner {
 
  private:
   ForwardBatch upload(const HostBatch& host);
+  void prepare_block_tables(HostBatch& host, const std::vector<Sequence*>& seqs) const;
   void prepare_sample(HostBatch& host, const std::vector<Sequence*>& seqs) const;
   void allocate_kv_cache(int64_t budget_bytes);
 

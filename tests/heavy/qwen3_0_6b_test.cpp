@@ -45,22 +45,9 @@ TEST(Qwen3_0_6B, LogitsMatchReferenceAndFeaturesAreInvisible) {
   {
     ref::ReferenceModel reference(model);
     LLMEngine engine(config_for(model));
-    SamplingParams sp;
-    sp.temperature = 0.0f;
-    sp.max_tokens = 1;
-    engine.add_request(prompt, sp);
-    engine.step();
-    Tensor logits = engine.model_runner().last_logits();
-    std::vector<float> got(size_t(logits.size(1)));
-    engine.backend().download(got.data(), logits);
-    std::vector<float> want = reference.last_logits(prompt);
-    double max_err = 0, max_ref = 0;
-    for (size_t i = 0; i < want.size(); ++i) {
-      max_err = std::max(max_err, double(std::fabs(got[i] - want[i])));
-      max_ref = std::max(max_ref, double(std::fabs(want[i])));
-    }
-    std::printf("qwen3-0.6b: logit error / max |logit| = %.2e\n", max_err / max_ref);
-    EXPECT_LT(max_err / max_ref, 1e-2);
+    const double err = test::relative_error(test::prefill_logits(engine, prompt), reference.last_logits(prompt));
+    std::printf("qwen3-0.6b: logit error / max |logit| = %.2e\n", err);
+    EXPECT_LT(err, 1e-2);
   }
   // Shared prefixes, prefix cache on vs off, chunked vs not.
   std::vector<std::vector<int32_t>> prompts;

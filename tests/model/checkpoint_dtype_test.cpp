@@ -49,15 +49,7 @@ std::string convert(const std::string& model, DType dtype) {
 
 std::vector<float> last_logits(const std::string& model, const std::vector<int32_t>& prompt) {
   LLMEngine engine(test::tiny_config(model));
-  SamplingParams sp;
-  sp.temperature = 0.0f;
-  sp.max_tokens = 1;
-  engine.add_request(prompt, sp);
-  engine.step();
-  Tensor logits = engine.model_runner().last_logits();
-  std::vector<float> v(size_t(logits.size(1)));
-  engine.backend().download(v.data(), logits);
-  return v;
+  return test::prefill_logits(engine, prompt);
 }
 
 TEST(CheckpointDtypes, F32AndF16LoadLikeBf16) {
@@ -73,13 +65,7 @@ TEST(CheckpointDtypes, F32AndF16LoadLikeBf16) {
   EXPECT_EQ(last_logits(f32, prompt), last_logits(model, prompt));  // bf16 -> f32 -> bf16 is exact
 
   const std::string f16 = convert(model, DType::F16);
-  std::vector<float> a = last_logits(f16, prompt), b = last_logits(model, prompt);
-  double max_err = 0, max_ref = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    max_err = std::max(max_err, double(std::fabs(a[i] - b[i])));
-    max_ref = std::max(max_ref, double(std::fabs(b[i])));
-  }
-  EXPECT_LT(max_err / max_ref, 1e-2);
+  EXPECT_LT(test::relative_error(last_logits(f16, prompt), last_logits(model, prompt)), 1e-2);
 }
 
 }  // namespace

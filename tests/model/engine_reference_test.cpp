@@ -29,16 +29,6 @@ std::vector<std::vector<int32_t>> random_prompts(int n, int vocab, int min_len, 
 
 class EngineReference : public ::testing::TestWithParam<std::string> {};
 
-// max |a - b| / max |b| over the vocabulary.
-double relative_error(const std::vector<float>& got, const std::vector<float>& want) {
-  double max_err = 0, max_ref = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    max_err = std::max(max_err, double(std::fabs(got[i] - want[i])));
-    max_ref = std::max(max_ref, double(std::fabs(want[i])));
-  }
-  return max_err / max_ref;
-}
-
 TEST_P(EngineReference, LastTokenLogitsWithinOnePercent) {
   std::string model = test::tiny_model(GetParam());
   ref::ReferenceModel reference(model);
@@ -46,25 +36,14 @@ TEST_P(EngineReference, LastTokenLogitsWithinOnePercent) {
   LLMEngine engine(test::tiny_config(model));
   auto prompts = random_prompts(4, reference.config().vocab_size, 1, 40, 7);
   for (const auto& prompt : prompts) {
-    SamplingParams sp;
-    sp.temperature = 0.0f;
-    sp.max_tokens = 1;
-    engine.add_request(prompt, sp);
-    engine.step();  // the whole prompt fits one prefill step
-    Tensor logits = engine.model_runner().last_logits();
-    ASSERT_EQ(logits.size(0), 1);
-    std::vector<float> got(size_t(logits.size(1)));
-    engine.backend().download(got.data(), logits);
-    std::vector<float> want = reference.last_logits(prompt);
-    ASSERT_EQ(got.size(), want.size());
-    const double err = relative_error(got, want);
-    const double err_bf16 = relative_error(got, bf16_reference.last_logits(prompt));
+    std::vector<float> got = test::prefill_logits(engine, prompt);
+    const double err = test::relative_error(got, reference.last_logits(prompt));
+    const double err_bf16 = test::relative_error(got, bf16_reference.last_logits(prompt));
     EXPECT_LT(err, 1e-2) << "prompt of " << prompt.size() << " tokens";
     // With the same bf16 storage points only summation order and rare bf16 rounding flips differ.
     EXPECT_LT(err_bf16, 1e-3) << "prompt of " << prompt.size() << " tokens";
     std::printf("%s, %zu-token prompt: logit error / max |logit| = %.2e (fp32 reference), %.2e (bf16-storage reference)\n",
                 GetParam().c_str(), prompt.size(), err, err_bf16);
-    while (!engine.is_finished()) engine.step();
   }
 }
 

@@ -2,11 +2,14 @@
 // Tiny generated checkpoints shared by the model tests: made once per test binary in a temp dir.
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <string>
 #include <system_error>
 #include <vector>
 
+#include "engine/llm_engine.h"
 #include "model/hf_config.h"
 #include "model/make_model.h"
 #include "nanovllm/config.h"
@@ -62,5 +65,32 @@ inline int64_t kv_block_bytes(const std::string& model, int block_size) {
 }
 
 inline int vocab_size(const std::string& model) { return load_model_config(model).vocab_size; }
+
+// Prefills `prompt` alone in an idle engine and returns its last-token logits (f32 [V]); the
+// request then runs to its end.
+inline std::vector<float> prefill_logits(LLMEngine& engine, const std::vector<int32_t>& prompt) {
+  SamplingParams sp;
+  sp.temperature = 0.0f;
+  sp.max_tokens = 1;
+  engine.add_request(prompt, sp);
+  engine.step();  // the whole prompt must fit one prefill step
+  Tensor logits = engine.model_runner().last_logits();
+  NV_CHECK(logits.size(0) == 1, "prefill_logits: {} sequences ran", logits.size(0));
+  std::vector<float> v(size_t(logits.size(1)));
+  engine.backend().download(v.data(), logits);
+  while (!engine.is_finished()) engine.step();
+  return v;
+}
+
+// max |got - want| / max |want|.
+inline double relative_error(const std::vector<float>& got, const std::vector<float>& want) {
+  NV_CHECK(got.size() == want.size());
+  double max_err = 0, max_ref = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    max_err = std::max(max_err, double(std::fabs(got[i] - want[i])));
+    max_ref = std::max(max_ref, double(std::fabs(want[i])));
+  }
+  return max_err / max_ref;
+}
 
 }  // namespace nanovllm::test
