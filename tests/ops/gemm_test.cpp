@@ -148,6 +148,80 @@ TEST(Gemm, MatchesReferenceOnBlockingPaths) {
   }
 }
 
+// Small batches (M = 7..32 take the AVX-512 wide tiles: one or two row panels, 1..3 blocks
+// per tile): every M around the panel and block-count switches, odd N (partial column groups)
+// and odd K (the zero k padding).
+TEST(Gemm, MatchesReferenceOnSmallBatches) {
+  std::mt19937 rng(4321);
+  ThreadPool pool1(1), pool2(2);
+  for (int64_t m = 6; m <= 34; ++m) {
+    for (auto [n, k] : {std::array<int64_t, 2>{47, 1}, {97, 67}, {129, 333}, {17, 1025}}) {
+      Problem p = make_problem(m, n, k, rng);
+      auto packed = packed_alloc(n, k);
+      pack_weight(packed.get(), p.w.data(), n, k);
+      for (GemmIsa isa : isas()) {
+        for (ThreadPool* pool : {&pool1, &pool2}) {
+          const bool bias = (m + n) % 2 == 0;
+          if (check(p, packed.get(), isa, *pool, bias, pool->size() == 2) > 0) return;
+        }
+      }
+    }
+  }
+}
+
+// The engine relies on results that do not depend on the thread count: 1 and 2 threads must
+// agree bit for bit, on every loop-nest path (single panel, wide tiles, panels, row split).
+TEST(Gemm, ThreadCountDoesNotChangeResults) {
+  std::mt19937 rng(555);
+  ThreadPool pool1(1), pool2(2);
+  for (auto [m, n, k] : {std::array<int64_t, 3>{1, 1100, 301},
+                         {5, 515, 97},
+                         {8, 1100, 301},
+                         {16, 2063, 1025},
+                         {23, 515, 97},
+                         {32, 1100, 301},
+                         {33, 515, 97},
+                         {200, 40, 301},
+                         {300, 1100, 301}}) {
+    Problem p = make_problem(m, n, k, rng);
+    auto packed = packed_alloc(n, k);
+    pack_weight(packed.get(), p.w.data(), n, k);
+    for (GemmIsa isa : isas()) {
+      std::vector<float> out1(size_t(m * n)), out2(size_t(m * n));
+      GemmArgs a{out1.data(), n, p.x.data(), p.ldx, packed.get(), p.bias.data(), m, n, k};
+      gemm(a, pool1, isa);
+      a.out = out2.data();
+      gemm(a, pool2, isa);
+      EXPECT_EQ(std::memcmp(out1.data(), out2.data(), out1.size() * 4), 0)
+          << gemm_isa_name(isa) << " m=" << m << " n=" << n << " k=" << k;
+    }
+  }
+}
+
+// A row's result is bit-identical whatever M it is computed in. The engine relies on this
+// batch invariance: prefix caching, chunked prefill and batching change M, and must not change
+// a single greedy token (random-weight models have near-ties a last-bit difference can flip).
+TEST(Gemm, RowsDoNotDependOnBatchSize) {
+  std::mt19937 rng(777);
+  ThreadPool pool(2);
+  const int64_t n = 300, k = 1030, full = 70;
+  Problem p = make_problem(full, n, k, rng);
+  auto packed = packed_alloc(n, k);
+  pack_weight(packed.get(), p.w.data(), n, k);
+  for (GemmIsa isa : isas()) {
+    std::vector<float> all(size_t(full * n));
+    gemm({all.data(), n, p.x.data(), p.ldx, packed.get(), p.bias.data(), full, n, k}, pool, isa);
+    for (int64_t m = 1; m <= full; ++m) {
+      std::vector<float> part(size_t(m * n));
+      // The last m rows, so each row lands at another position within its panel too.
+      const float* x = p.x.data() + (full - m) * p.ldx;
+      gemm({part.data(), n, x, p.ldx, packed.get(), p.bias.data(), m, n, k}, pool, isa);
+      EXPECT_EQ(std::memcmp(part.data(), all.data() + (full - m) * n, part.size() * 4), 0)
+          << gemm_isa_name(isa) << " m=" << m;
+    }
+  }
+}
+
 TEST(Gemm, RoundsXToNearestEven) {
   // x chosen on and around bf16 ties; w = 1, so out = bf16(x) exactly.
   const float xs[] = {1.00390625f,    // 1 + 2^-8: a tie, rounds to even 1.0

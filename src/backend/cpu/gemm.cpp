@@ -21,9 +21,14 @@ namespace {
 
 // k pairs per cache block: a 4-block weight panel of 128 pairs is 32 KiB (L1-resident while
 // every x panel of the M block streams past it).
-constexpr int64_t kKcPairs = 128;
+constexpr int64_t kKcPairs = detail::kSumChunkPairs;
+static_assert(kKcPairs % detail::kSumChunkPairs == 0, "k blocks must start on summation chunks");
 // x panels per M block: bounds the x slab one weight panel is reused against (768 rows).
 constexpr int64_t kMcPanels = 128;
+// Batches that take the wide tiles (where the ISA has them): all rows in one register tile
+// (two above wide_max_rows), so the weights stream from memory once, under the multiply-adds.
+constexpr int64_t kWideMinM = 7;
+constexpr int64_t kWideMaxM = 32;
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -49,6 +54,50 @@ void run_chunks(ThreadPool& pool, int64_t units, int64_t chunk, const Fn& fn) {
     run(0);
   else
     pool.run_on_all(run);
+}
+
+// Small batches (M = 7..32) on the wide tiles: the rows are split into npass equal panels of
+// at most wide_max_rows (one panel up to there), each a single register tile over the whole K,
+// and each thread walks its column groups with every panel: one pass streams each weight block
+// from memory (software-prefetched ahead), a second (M > wide_max_rows) re-reads it from L2.
+// The split depends only on the shape, so results do not depend on the thread count.
+void gemm_wide(const GemmArgs& a, ThreadPool& pool, const detail::KernelSet& ks) {
+  const int64_t kpairs = ceil_div(a.k, 2);
+  const int64_t npass = ceil_div(a.m, ks.wide_max_rows);
+  const int64_t mr = ceil_div(a.m, npass);
+  const int64_t nb = ks.wide_nb(int(mr));
+  const int64_t nblocks = ceil_div(a.n, kBlockCols);
+  const int64_t ngroups = ceil_div(nblocks, nb);
+  const int64_t panel_bytes = kpairs * mr * int64_t(ks.pair_bytes);
+  const int64_t block_stride = kpairs * kBlockPairBytes;
+  const int threads = pool.size();
+
+  AlignedPtr xp = aligned_alloc64(size_t(npass * panel_bytes));
+  ks.pack_x(xp.get(), a.x, a.ldx, a.m, a.k, mr, 0, npass);
+
+  auto work = [&](int64_t g0, int64_t g1) {
+    detail::Tile t{};
+    t.xs = mr;
+    t.w_block_stride = block_stride;
+    t.ldo = a.ldo;
+    t.kpairs = kpairs;
+    t.first = true;
+    t.prefetch = true;
+    for (int64_t g = g0; g < g1; ++g) {
+      const int64_t col0 = g * nb * kBlockCols;
+      t.ncols = int(std::min<int64_t>(nb * kBlockCols, a.n - col0));
+      t.bias = a.bias ? a.bias + col0 : nullptr;
+      t.w = static_cast<const uint8_t*>(a.packed_w) + g * nb * block_stride;
+      for (int64_t p = 0; p < npass; ++p) {
+        t.x = static_cast<const uint8_t*>(xp.get()) + p * panel_bytes;
+        t.rows = int(std::min(mr, a.m - p * mr));
+        t.out = a.out + p * mr * a.ldo + col0;
+        ks.tile_wide(t);
+      }
+    }
+  };
+  run_chunks(pool, ngroups, std::clamp<int64_t>(ngroups / (threads * 8), 1, 8),
+             [&](int64_t g0, int64_t g1) { work(g0, g1); });
 }
 
 }  // namespace
@@ -110,6 +159,10 @@ void gemm(const GemmArgs& a, ThreadPool& pool, GemmIsa isa) {
   if (a.m == 0) return;
   const detail::KernelSet& ks =
       isa == GemmIsa::AVX512_BF16 ? detail::avx512_bf16_kernels() : detail::avx2_kernels();
+  if (ks.tile_wide && a.m >= kWideMinM && a.m <= kWideMaxM) {
+    gemm_wide(a, pool, ks);
+    return;
+  }
   const int64_t mr = ks.mr, kpairs = ceil_div(a.k, 2);
   const int64_t npanels = ceil_div(a.m, mr);
   const int64_t nblocks = ceil_div(a.n, kBlockCols);

@@ -1,7 +1,11 @@
 // AVX-512 BF16 GEMM kernels: x packed to bf16 pairs, one vdpbf16ps per (row, 16-column block,
-// k-pair). Compiled for the AVX-512 BF16 target per function (pragma below); only reached when
+// k-pair). Wide tiles (tile_wide) serve M = 7..32: all rows (up to 24) in one register tile.
+// Compiled for the AVX-512 BF16 target per function (pragma below); only reached when
 // detect_gemm_isa() found the instructions.
 #include <immintrin.h>
+
+#include <array>
+#include <utility>
 
 #include "backend/cpu/gemm_internal.h"
 
@@ -53,47 +57,68 @@ inline __mmask16 col_mask(int ncols, int col0) {
   return left >= 16 ? __mmask16(0xffff) : __mmask16((1u << left) - 1);
 }
 
-template <int R, int NB, bool PF>
+// PFD: software prefetch distance (bytes ahead in each weight stream) when PF.
+// EB: x broadcast embedded in each vdpbf16ps ({1to16} memory operand) rather than broadcast
+// once into a register.
+template <int R, int NB, bool PF, int PFD = kPrefetchBytes, bool EB = false>
 void tile_kernel(const Tile& t) {
-  __m512 acc[R][NB];
-  for (int r = 0; r < R; ++r)
-    for (int j = 0; j < NB; ++j) acc[r][j] = _mm512_setzero_ps();
-
   const uint8_t* w = t.w;
   const int64_t ws = t.w_block_stride;
   const uint32_t* x = static_cast<const uint32_t*>(t.x);
   const int64_t xs = t.xs;
-  for (int64_t p = 0; p < t.kpairs; ++p) {
-    __m512i wv[NB];
-    for (int j = 0; j < NB; ++j) {
-      wv[j] = _mm512_load_si512(w + j * ws);
-      if constexpr (PF)
-        _mm_prefetch(reinterpret_cast<const char*>(w + j * ws + kPrefetchBytes), _MM_HINT_T0);
+  // One summation chunk at a time (gemm_internal.h): the chain restarts at zero per chunk.
+  for (int64_t c0 = 0; c0 < t.kpairs; c0 += kSumChunkPairs) {
+    const int64_t c1 = t.kpairs - c0 < kSumChunkPairs ? t.kpairs : c0 + kSumChunkPairs;
+    const bool first = t.first && c0 == 0;
+    __m512 acc[R][NB];
+#pragma GCC unroll 32
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+      for (int j = 0; j < NB; ++j) acc[r][j] = _mm512_setzero_ps();
+    for (int64_t p = c0; p < c1; ++p) {
+      __m512i wv[NB];
+#pragma GCC unroll 4
+      for (int j = 0; j < NB; ++j) {
+        wv[j] = _mm512_load_si512(w + j * ws);
+        if constexpr (PF)
+          _mm_prefetch(reinterpret_cast<const char*>(w + j * ws + PFD), _MM_HINT_T0);
+      }
+#pragma GCC unroll 32
+      for (int r = 0; r < R; ++r) {
+        if constexpr (EB) {
+#pragma GCC unroll 4
+          for (int j = 0; j < NB; ++j)
+            asm("vdpbf16ps %[x]%{1to16%}, %[w], %[acc]"
+                : [acc] "+v"(acc[r][j])
+                : [x] "m"(x[r]), [w] "v"(wv[j]));
+        } else {
+          const __m512i xb = _mm512_set1_epi32(int(x[r]));
+#pragma GCC unroll 4
+          for (int j = 0; j < NB; ++j)
+            acc[r][j] = _mm512_dpbf16_ps(acc[r][j], (__m512bh)wv[j], (__m512bh)xb);
+        }
+      }
+      w += kBlockPairBytes;
+      x += xs;
     }
-    for (int r = 0; r < R; ++r) {
-      const __m512i xb = _mm512_set1_epi32(int(x[r]));
-      for (int j = 0; j < NB; ++j)
-        acc[r][j] = _mm512_dpbf16_ps(acc[r][j], (__m512bh)wv[j], (__m512bh)xb);
-    }
-    w += kBlockPairBytes;
-    x += xs;
-  }
 
-  for (int j = 0; j < NB; ++j) {
-    const int col0 = j * 16;
-    if (col0 >= t.ncols) break;
-    const __mmask16 mask = col_mask(t.ncols, col0);
-    __m512 bias = _mm512_setzero_ps();
-    if (t.first && t.bias) {
-      __m256i b = _mm256_maskz_loadu_epi16(mask, t.bias + col0);
-      // maskz forms: GCC 12 warns (-Wmaybe-uninitialized) on the unmasked ones.
-      bias = _mm512_castsi512_ps(
-          _mm512_maskz_slli_epi32(mask, _mm512_maskz_cvtepu16_epi32(mask, b), 16));
-    }
-    for (int r = 0; r < R; ++r) {
-      float* o = t.out + r * t.ldo + col0;
-      __m512 base = t.first ? bias : _mm512_maskz_loadu_ps(mask, o);
-      _mm512_mask_storeu_ps(o, mask, _mm512_add_ps(base, acc[r][j]));
+    for (int j = 0; j < NB; ++j) {
+      const int col0 = j * 16;
+      if (col0 >= t.ncols) break;
+      const __mmask16 mask = col_mask(t.ncols, col0);
+      __m512 bias = _mm512_setzero_ps();
+      if (first && t.bias) {
+        __m256i b = _mm256_maskz_loadu_epi16(mask, t.bias + col0);
+        // maskz forms: GCC 12 warns (-Wmaybe-uninitialized) on the unmasked ones.
+        bias = _mm512_castsi512_ps(
+            _mm512_maskz_slli_epi32(mask, _mm512_maskz_cvtepu16_epi32(mask, b), 16));
+      }
+#pragma GCC unroll 32
+      for (int r = 0; r < R; ++r) {
+        float* o = t.out + r * t.ldo + col0;
+        __m512 base = first ? bias : _mm512_maskz_loadu_ps(mask, o);
+        _mm512_mask_storeu_ps(o, mask, _mm512_add_ps(base, acc[r][j]));
+      }
     }
   }
 }
@@ -138,6 +163,42 @@ void tile(const Tile& t) {
   fn(t);
 }
 
+// Wide tiles (small batches): up to kWideMaxRows rows x wide_nb(rows) blocks, at most
+// kWideAcc accumulators (the rest of the 32 zmm: weights and the x broadcast).
+constexpr int kWideMaxRows = 24;
+constexpr int kWideAcc = 24;
+constexpr int kWideMaxNb = 3;
+// Prefetch distance of the wide tiles, over all their weight streams (kWidePrefetchBytes / nb
+// ahead in each): a 16-row tile spends ~8 cycles per 64-byte weight row, so memory latency
+// needs ~8 KiB in flight per core (measured: 2 and 4 KiB are 10-20% slower at M = 16).
+constexpr int kWidePrefetchBytes = 8192;
+
+int wide_nb(int rows) {
+  const int nb = kWideAcc / (rows < 1 ? 1 : rows);
+  return nb < 1 ? 1 : (nb > kWideMaxNb ? kWideMaxNb : nb);
+}
+
+template <int R, int NB>
+constexpr TileFn wide_entry() {
+  if constexpr (R * NB <= kWideAcc || NB == 1)
+    return tile_kernel<R, NB, true, kWidePrefetchBytes / NB / 64 * 64, NB == 1>;
+  else
+    return nullptr;
+}
+
+template <size_t... I>
+constexpr std::array<TileFn, sizeof...(I)> wide_table(std::index_sequence<I...>) {
+  return {wide_entry<int(I / kWideMaxNb) + 1, int(I % kWideMaxNb) + 1>()...};
+}
+
+constexpr auto kWideTable =
+    wide_table(std::make_index_sequence<size_t(kWideMaxRows * kWideMaxNb)>{});
+
+void tile_wide(const Tile& t) {
+  const int nb = int((t.ncols + 15) / 16);
+  kWideTable[size_t((t.rows - 1) * kWideMaxNb + (nb - 1))](t);
+}
+
 #pragma GCC pop_options
 
 static_assert(kNb * 16 <= 64, "tile width");
@@ -145,7 +206,7 @@ static_assert(kNb * 16 <= 64, "tile width");
 }  // namespace
 
 const KernelSet& avx512_bf16_kernels() {
-  static const KernelSet set{kMr, kNb, 4, pack_x, tile};
+  static const KernelSet set{kMr, kNb, 4, pack_x, tile, kWideMaxRows, wide_nb, tile_wide};
   return set;
 }
 

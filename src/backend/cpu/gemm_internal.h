@@ -15,6 +15,11 @@
 namespace nanovllm::cpu::detail {
 
 constexpr int64_t kBlockCols = 16;       // output columns per packed weight block
+// Summation order, the same on every path of an ISA (so a row's result does not depend on M,
+// the tile shape or the cache blocking: batch invariance). K is summed in chunks of
+// kSumChunkPairs pairs from pair 0: each chunk's multiply-add chain starts at zero, and
+// out = ((chunk_0 + bias) + chunk_1) + ...  Tiles start at multiples of kSumChunkPairs.
+constexpr int64_t kSumChunkPairs = 128;
 constexpr int64_t kBlockPairBytes = 64;  // bytes of one k-pair row of a block (16 x 2 bf16)
 
 // One register tile: out[rows, ncols] (+)= xpanel[rows, kpairs] @ wblocks[kpairs, ncols].
@@ -42,6 +47,15 @@ struct KernelSet {
   void (*pack_x)(void* dst, const float* x, int64_t ldx, int64_t m, int64_t k, int64_t mr,
                  int64_t panel_begin, int64_t panel_end);
   void (*tile)(const Tile& t);
+  // Optional (nullptr: not available) "wide" tiles for small batches: up to wide_max_rows rows
+  // in one register tile, so each weight row streamed from memory is applied to every x row
+  // while it is in registers (M = 7..32: the weight stream overlaps the multiply-adds instead
+  // of alternating with re-reads from L1). wide_nb(rows) is the number of 16-column blocks per
+  // tile for a panel of `rows` rows; tile_wide takes any rows <= wide_max_rows and ncols <=
+  // wide_nb(rows) * 16.
+  int wide_max_rows;
+  int (*wide_nb)(int rows);
+  void (*tile_wide)(const Tile& t);
 };
 
 const KernelSet& avx512_bf16_kernels();
