@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -405,6 +406,29 @@ TEST_F(CpuOps, AttentionDecodeSplitAndGroups) {
   }
 }
 
+// Shapes of the AVX-512 decode path (a multiple of 16 query heads, GQA group 1/2/4/8, head_dim
+// 64 or 128; taken when the CPU has AVX-512), and the same shapes forced onto the AVX2 path by
+// NANOVLLM_ATTENTION_ISA=avx2: both against the reference, including split sequences and chunk
+// tails.
+TEST_F(CpuOps, AttentionDecodeWideShapesBothIsas) {
+  const std::vector<SeqSpec> specs = {{1, 1}, {1, 15}, {1, 17}, {1, 300}, {1, 1100}};
+  for (const char* isa : {"", "avx2"})
+    for (int64_t d : {64, 128})
+      for (auto [hq, hkv] : {std::pair<int64_t, int64_t>{16, 16}, {16, 8}, {32, 8}, {16, 2}})
+        for (int64_t bs : {16, 256}) {
+          if (*isa) setenv("NANOVLLM_ATTENTION_ISA", isa, 1);
+          PagedCase c(rng, hq, hkv, d, bs, specs, false);
+          const float scale = 1.0f / std::sqrt(float(d));
+          Vec out(size_t(c.tokens() * hq * d));
+          be.attention_decode(Tensor::contiguous(out.data(), DType::F32, {c.tokens(), hq, d}),
+                              c.q_view(), c.cache(), c.batch, scale);
+          unsetenv("NANOVLLM_ATTENTION_ISA");
+          SCOPED_TRACE(testing::Message() << "isa=" << isa << " d=" << d << " hq=" << hq
+                                          << " hkv=" << hkv << " bs=" << bs);
+          expect_close(out, c.reference(scale), 2e-5f, 1e-4f, "attention_decode wide");
+        }
+}
+
 TEST_F(CpuOps, StoreKv) {
   for (int64_t bs : {16, 256}) {
     PagedCase c(rng, 4, 2, 64, bs, {{5, 9}, {17, 17}, {1, 30}}, true);
@@ -597,6 +621,41 @@ TEST(CpuOpsThreads, AttentionSplitsAgreeBitwise) {
   ASSERT_EQ(a.size(), c.size());
   EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)));
   EXPECT_EQ(0, std::memcmp(a.data(), c.data(), a.size() * sizeof(float)));
+}
+
+// Batch invariance of decode: a sequence's output is the same bits alone as in any batch (the
+// partitions of its context depend on its length only), so batching never changes a token.
+TEST(CpuOpsBatch, AttentionDecodeDoesNotDependOnTheBatch) {
+  cpu::CpuBackend be(2);
+  std::mt19937 rng(11);
+  // 17 sequences: enough that a batch-dependent split would treat the long ones differently.
+  std::vector<SeqSpec> specs = {{1, 1100}, {1, 300}, {1, 700}, {1, 20}, {1, 513}};
+  for (int i = 0; i < 12; ++i) specs.push_back({1, 5 + 7 * i});
+  PagedCase c(rng, 16, 8, 128, 16, specs, false);
+  const int64_t width = 16 * 128;
+  Vec all(size_t(c.tokens() * width));
+  be.attention_decode(Tensor::contiguous(all.data(), DType::F32, {c.tokens(), 16, 128}), c.q_view(),
+                      c.cache(), c.batch, 0.09f);
+  for (int b = 0; b < int(c.seqs.size()); ++b) {
+    HostBatch one;
+    one.is_prefill = false;
+    one.max_num_blocks = c.host.max_num_blocks;
+    one.block_tables.assign(c.host.block_tables.begin() + b * one.max_num_blocks,
+                            c.host.block_tables.begin() + (b + 1) * one.max_num_blocks);
+    one.context_lens = {c.host.context_lens[size_t(b)]};
+    one.max_seqlen_q = 1;
+    one.max_seqlen_k = one.context_lens[0];
+    ForwardBatch fb = c.batch;
+    fb.host = &one;
+    fb.num_seqs = 1;
+    fb.num_tokens = 1;
+    fb.max_seqlen_k = one.max_seqlen_k;
+    Vec alone(static_cast<size_t>(width));
+    be.attention_decode(Tensor::contiguous(alone.data(), DType::F32, {1, 16, 128}),
+                        c.q_view().slice_rows(b, b + 1), c.cache(), fb, 0.09f);
+    EXPECT_EQ(0, std::memcmp(alone.data(), all.data() + b * width, size_t(width) * sizeof(float)))
+        << "sequence " << b << " (context " << one.context_lens[0] << ")";
+  }
 }
 
 }  // namespace

@@ -3,11 +3,13 @@
 // One work item = (sequence, partition of its context), all kv heads: the keys of a partition
 // are walked in chunks of kDecodeChunk token rows, each row holding every kv head contiguously
 // ([Hkv, D] bf16), so the cache is streamed in address order and prefetched a chunk ahead. Each
-// query head keeps an online softmax state; a sequence split into several partitions (when there
-// are few sequences, so that all threads have work) writes partial states that are merged in
-// partition order afterwards. GQA groups above 8 go to the prefill kernel instead.
+// query head keeps an online softmax state; a sequence whose context is longer than
+// kPartitionKeys is split into partitions (so that long contexts use every thread) that write
+// partial states merged in partition order afterwards. GQA groups above 8 go to the prefill kernel instead.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #include "backend/cpu/attention_common.h"
@@ -23,8 +25,10 @@ using namespace attention_detail;
 namespace {
 
 constexpr int64_t kDecodeChunk = 16;        // token rows per step
-constexpr int64_t kPartitionMin = 256;      // fewest keys per partition of a split sequence
-constexpr int64_t kDecodeItemsTarget = 16;  // split sequences until about this many items
+// Keys per partition: a sequence's context is split at multiples of this, whatever the batch
+// (batch invariance: a sequence's output never depends on the other sequences of the step).
+constexpr int64_t kPartitionKeys = 512;
+constexpr int64_t kPrefetchKeys = 32;       // AVX-512 path: software prefetch distance in keys
 
 // exp(s[j] - m) into s[j] for j < n (s has room for n rounded up to 8); returns their sum.
 inline float exp_shift_sum(float* s, int64_t n, float m) {
@@ -202,6 +206,278 @@ void run_decode_item(const AttnArgs& a, const DecodeItem& it, std::vector<float>
   }
 }
 
+
+// ---- AVX-512 path ----
+// Runtime dispatch (use_avx512): AVX-512F/BW/VL/DQ, head_dim 64 or 128, GQA group 1/2/4/8 and a
+// multiple of 16 query heads; NANOVLLM_ATTENTION_ISA=avx2 forces the AVX2 path above.
+//
+// A pair of bf16 loaded as one u32 holds two f32 values at once: (x << 16) is the even element
+// and (x & 0xffff0000) the odd one, so 32 cache elements become 2 x 16 f32 with two integer ops
+// and no shuffle. q and the accumulators are kept in the matching layout: within each 32-element
+// block of a head, its 16 even elements, then its 16 odd ones (permute_head / unpermute_head).
+//
+// Scores are computed key by key for 16 query heads at once (one lane each): the key's token
+// row ([Hkv, D] bf16) is read in address order (walking one kv head over many rows at a 2 KiB
+// stride, as the AVX2 path does, streams from memory at about half the rate), and the 16 dot
+// products are reduced together by a transposed reduction into one vector. The online softmax
+// is vectorized over those lanes; P.V then runs kv head by kv head over the chunk's value rows
+// (just prefetched) with the G query heads' accumulators in registers.
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")
+// GCC 12 flags the _mm512_undefined_* pass-through inside unmasked intrinsics.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+bool use_avx512(const AttnArgs& a) {
+  static const bool cpu_ok = __builtin_cpu_supports("avx512f") &&
+                             __builtin_cpu_supports("avx512bw") &&
+                             __builtin_cpu_supports("avx512vl") &&
+                             __builtin_cpu_supports("avx512dq");
+  const int64_t g = a.group, hq = a.num_kv_heads * a.group;
+  if (!cpu_ok || (a.head_dim != 64 && a.head_dim != 128) ||
+      (g != 1 && g != 2 && g != 4 && g != 8) || hq % 16 != 0)
+    return false;
+  const char* env = std::getenv("NANOVLLM_ATTENTION_ISA");
+  return !(env && std::strcmp(env, "avx2") == 0);
+}
+
+inline void permute_head(float* dst, const float* src, int64_t d) {
+  for (int64_t c = 0; c < d; c += 32)
+    for (int k = 0; k < 16; ++k) {
+      dst[c + k] = src[c + 2 * k];
+      dst[c + 16 + k] = src[c + 2 * k + 1];
+    }
+}
+
+inline void unpermute_head(float* dst, const float* src, int64_t d) {
+  for (int64_t c = 0; c < d; c += 32)
+    for (int k = 0; k < 16; ++k) {
+      dst[c + 2 * k] = src[c + k];
+      dst[c + 2 * k + 1] = src[c + 16 + k];
+    }
+}
+
+inline void load_bf16_pairs(const uint16_t* p, __m512& even, __m512& odd) {
+  const __m512i x = _mm512_loadu_si512(p);
+  even = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
+  odd = _mm512_castsi512_ps(_mm512_and_si512(x, _mm512_set1_epi32(int(0xffff0000u))));
+}
+
+// Same polynomial as vec::exp, 16 lanes.
+inline __m512 exp16(__m512 x) {
+  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.3f)), _mm512_set1_ps(88.3f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187e-06f), r);
+  __m512 p = _mm512_set1_ps(1.0f / 5040);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  const __m512i e =
+      _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+  return _mm512_mul_ps(p, _mm512_castsi512_ps(e));
+}
+
+// Per 128-bit lane l: (sum of a's lane l, b's, c's, d's).
+inline __m512 reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
+  const __m512 t0 = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
+  const __m512 t1 = _mm512_add_ps(_mm512_unpacklo_ps(c, d), _mm512_unpackhi_ps(c, d));
+  const __m512d t0d = _mm512_castps_pd(t0), t1d = _mm512_castps_pd(t1);
+  return _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(t0d, t1d)),
+                       _mm512_castpd_ps(_mm512_unpackhi_pd(t0d, t1d)));
+}
+
+// Lane 4g + k: the full sum of key 4g + k, from reduce4 of keys 4g..4g+3 in u_g.
+inline __m512 reduce16(__m512 u0, __m512 u1, __m512 u2, __m512 u3) {
+  const __m512 s01 = _mm512_add_ps(_mm512_shuffle_f32x4(u0, u1, _MM_SHUFFLE(2, 0, 2, 0)),
+                                   _mm512_shuffle_f32x4(u0, u1, _MM_SHUFFLE(3, 1, 3, 1)));
+  const __m512 s23 = _mm512_add_ps(_mm512_shuffle_f32x4(u2, u3, _MM_SHUFFLE(2, 0, 2, 0)),
+                                   _mm512_shuffle_f32x4(u2, u3, _MM_SHUFFLE(3, 1, 3, 1)));
+  return _mm512_add_ps(_mm512_shuffle_f32x4(s01, s23, _MM_SHUFFLE(2, 0, 2, 0)),
+                       _mm512_shuffle_f32x4(s01, s23, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+// Scores of one key for the 16 query heads (lanes) of a block: lane x = q_x . k_{x / G}.
+// qp: [16][D] permuted, 64-byte aligned; kp: the key's row of the block's first kv head.
+template <int G, int D>
+inline __m512 score_key(const float* qp, const uint16_t* kp) {
+  __m512 dot[16];
+  #pragma GCC unroll 16
+  for (int x = 0; x < 16; ++x) dot[x] = _mm512_setzero_ps();
+  #pragma GCC unroll 16
+  for (int g = 0; g < 16 / G; ++g)
+    #pragma GCC unroll 16
+    for (int i = 0; i < D; i += 32) {
+      __m512 ke, ko;
+      load_bf16_pairs(kp + g * D + i, ke, ko);
+      #pragma GCC unroll 16
+      for (int r = 0; r < G; ++r) {
+        const int x = g * G + r;
+        dot[x] = _mm512_fmadd_ps(_mm512_load_ps(qp + x * D + i), ke, dot[x]);
+        dot[x] = _mm512_fmadd_ps(_mm512_load_ps(qp + x * D + i + 16), ko, dot[x]);
+      }
+    }
+  return reduce16(reduce4(dot[0], dot[1], dot[2], dot[3]), reduce4(dot[4], dot[5], dot[6], dot[7]),
+                  reduce4(dot[8], dot[9], dot[10], dot[11]),
+                  reduce4(dot[12], dot[13], dot[14], dot[15]));
+}
+
+// acc_r = acc_r * corr_r + sum_j p[16 j + r] v_j for the G query heads of one kv head, kept in
+// registers over the chunk's n keys; v[j]: key j's row of that kv head. acc: [G][D] permuted.
+template <int G, int D>
+inline void pv_head(float* acc, const float* corr, const float* p, const uint16_t* const* v,
+                    int64_t n) {
+  constexpr int W = G <= 2 ? (D / 16 < 8 ? D / 16 : 8) : G == 4 ? 4 : 2;  // vectors per pass
+  #pragma GCC unroll 1
+  for (int i = 0; i < D; i += 16 * W) {
+    __m512 o[G][W];
+    #pragma GCC unroll 16
+    for (int r = 0; r < G; ++r)
+      #pragma GCC unroll 16
+      for (int w = 0; w < W; ++w)
+        o[r][w] = _mm512_mul_ps(_mm512_load_ps(acc + r * D + i + 16 * w), _mm512_set1_ps(corr[r]));
+    for (int64_t j = 0; j < n; ++j) {
+      __m512 vv[W];
+      #pragma GCC unroll 16
+      for (int w = 0; w < W; w += 2) load_bf16_pairs(v[j] + i + 16 * w, vv[w], vv[w + 1]);
+      #pragma GCC unroll 16
+      for (int r = 0; r < G; ++r) {
+        const __m512 pr = _mm512_set1_ps(p[16 * j + r]);
+        #pragma GCC unroll 16
+        for (int w = 0; w < W; ++w) o[r][w] = _mm512_fmadd_ps(pr, vv[w], o[r][w]);
+      }
+    }
+    #pragma GCC unroll 16
+    for (int r = 0; r < G; ++r)
+      #pragma GCC unroll 16
+      for (int w = 0; w < W; ++w) _mm512_store_ps(acc + r * D + i + 16 * w, o[r][w]);
+  }
+}
+
+// Softmax states of every query head of item.seq over keys [k0, k1) (hq = Hkv * G, a multiple
+// of 16): m, l: [hq]; acc, qp: [hq][D] in the permuted layout, 64-byte aligned (qp filled here).
+// Per chunk of keys: scores key by key, each key's K row read in address order for all query
+// heads; a vectorized online softmax over the lanes; then P.V kv head by kv head with the
+// accumulators of its G query heads in registers, from the chunk's V rows.
+template <int G, int D>
+void decode_partition512(const AttnArgs& a, const DecodeItem& it, float* m, float* l, float* acc,
+                         float* qp) {
+  constexpr int64_t d = D;
+  const int64_t hkv = a.num_kv_heads, hq = hkv * G, blocks = hq / 16;
+  const int32_t* table = a.block_tables + it.seq * a.max_num_blocks;
+  for (int64_t h = 0; h < hq; ++h) {
+    m[h] = kNegInf;
+    l[h] = 0.0f;
+    permute_head(qp + h * d, a.q + it.seq * a.q_stride + h * a.q_head_stride, d);
+  }
+  std::fill(acc, acc + hq * d, 0.0f);
+  const __m512 vscale = _mm512_set1_ps(a.scale);
+  // scores, then probabilities: [blocks][kDecodeChunk][16]; corr: [hq]
+  alignas(64) float s_local[kDecodeChunk * 16];
+  alignas(64) float corr_local[16];
+  std::vector<float> heap;
+  float* sall = s_local;
+  float* corr = corr_local;
+  if (blocks > 1) {
+    heap.resize(size_t(blocks * kDecodeChunk * 16 + hq + 16));
+    sall = heap.data() + (16 - (reinterpret_cast<uintptr_t>(heap.data()) / 4) % 16) % 16;
+    corr = sall + blocks * kDecodeChunk * 16;
+  }
+  // Software prefetch of whole token rows (every kv head, K and V) kPrefetchKeys keys ahead, in
+  // address order, one key per key computed.
+  const int64_t row_bytes = hkv * d * 2;
+  auto prefetch = [&](int64_t key) {
+    if (key >= it.k1) return;
+    const int64_t block = table[key / a.block_size];
+    if (block < 0 || block >= a.num_blocks) return;  // checked when the key is reached
+    const int64_t off = (block * a.block_size + key % a.block_size) * hkv * d;
+    const char* kp = reinterpret_cast<const char*>(a.k_cache + off);
+    const char* vp = reinterpret_cast<const char*>(a.v_cache + off);
+    for (int64_t o = 0; o < row_bytes; o += 64) _mm_prefetch(kp + o, _MM_HINT_T1);
+    for (int64_t o = 0; o < row_bytes; o += 64) _mm_prefetch(vp + o, _MM_HINT_T1);
+  };
+  for (int64_t key = it.k0; key < it.k0 + kDecodeChunk; ++key) prefetch(key);
+  int64_t rows[kDecodeChunk];
+  const uint16_t* vrow[kDecodeChunk];
+  for (int64_t c0 = it.k0; c0 < it.k1; c0 += kDecodeChunk) {
+    const int64_t n = std::min(kDecodeChunk, it.k1 - c0);
+    for (int64_t j = 0; j < n; ++j) rows[j] = token_row(a, table, c0 + j);
+    for (int64_t j = 0; j < n; ++j) {
+      prefetch(c0 + j + kPrefetchKeys);
+      for (int64_t b = 0; b < blocks; ++b)
+        _mm512_store_ps(sall + (b * kDecodeChunk + j) * 16,
+                        _mm512_mul_ps(score_key<G, D>(qp + b * 16 * d,
+                                                      a.k_cache + rows[j] + b * (16 / G) * d),
+                                      vscale));
+    }
+    for (int64_t b = 0; b < blocks; ++b) {
+      float* sb = sall + b * kDecodeChunk * 16;
+      __m512 mx = _mm512_load_ps(sb);
+      for (int64_t j = 1; j < n; ++j) mx = _mm512_max_ps(mx, _mm512_load_ps(sb + j * 16));
+      const __m512 m_old = _mm512_load_ps(m + b * 16);
+      const __m512 m_new = _mm512_max_ps(m_old, mx);
+      const __m512 c = exp16(_mm512_sub_ps(m_old, m_new));  // m_old = -inf: ~1e-38 times 0
+      __m512 lv = _mm512_mul_ps(_mm512_load_ps(l + b * 16), c);
+      for (int64_t j = 0; j < n; ++j) {
+        const __m512 p = exp16(_mm512_sub_ps(_mm512_load_ps(sb + j * 16), m_new));
+        lv = _mm512_add_ps(lv, p);
+        _mm512_store_ps(sb + j * 16, p);
+      }
+      _mm512_store_ps(m + b * 16, m_new);
+      _mm512_store_ps(l + b * 16, lv);
+      _mm512_store_ps(corr + b * 16, c);
+    }
+    for (int64_t h = 0; h < hkv; ++h) {
+      for (int64_t j = 0; j < n; ++j) vrow[j] = a.v_cache + rows[j] + h * d;
+      const int64_t qh = h * G;
+      pv_head<G, D>(acc + qh * d, corr + qh, sall + (qh / 16) * kDecodeChunk * 16 + qh % 16, vrow,
+                    n);
+    }
+  }
+}
+
+template <int G, int D>
+void run_decode_item512(const AttnArgs& a, const DecodeItem& it, std::vector<float>& scratch) {
+  const int64_t d = D, hq = a.num_kv_heads * G, hp = hq;
+  scratch.resize(size_t(2 * hp + 2 * hp * d + d + 16));  // + 16: room to align to 64 bytes
+  float* m = scratch.data() + (16 - (reinterpret_cast<uintptr_t>(scratch.data()) / 4) % 16) % 16;
+  float* l = m + hp;
+  float* acc = l + hp;  // hp is a multiple of 16: acc and qp stay 64-byte aligned
+  float* qp = acc + hp * d;
+  float* tmp = qp + hp * d;
+  decode_partition512<G, D>(a, it, m, l, acc, qp);
+  if (it.partial) {
+    std::copy(m, m + hq, it.partial);
+    std::copy(l, l + hq, it.partial + hq);
+    for (int64_t h = 0; h < hq; ++h) unpermute_head(it.partial + 2 * hq + h * d, acc + h * d, d);
+    return;
+  }
+  for (int64_t h = 0; h < hq; ++h) {
+    float* o = a.out + (it.seq * hq + h) * d;
+    const float inv = 1.0f / l[h];
+    unpermute_head(tmp, acc + h * d, d);
+    for (int64_t e = 0; e < d; ++e) o[e] = tmp[e] * inv;
+  }
+}
+
+template <int D>
+void run_decode_item512_d(const AttnArgs& a, const DecodeItem& it, std::vector<float>& scratch) {
+  switch (a.group) {
+    case 1: return run_decode_item512<1, D>(a, it, scratch);
+    case 2: return run_decode_item512<2, D>(a, it, scratch);
+    case 4: return run_decode_item512<4, D>(a, it, scratch);
+    default: return run_decode_item512<8, D>(a, it, scratch);
+  }
+}
+
+#pragma GCC diagnostic pop
+#pragma GCC pop_options
+
 // out[seq] from the partial states [parts][Hq][D + 2] (m, l, acc per partition), in order.
 void merge_partials(const AttnArgs& a, int64_t seq, const float* partial, int64_t parts) {
   const int64_t d = a.head_dim, hq = a.num_kv_heads * a.group, stride = hq * (d + 2);
@@ -245,9 +521,8 @@ void CpuBackend::attention_decode(Tensor out, Tensor q, const LayerKVCache& cach
     run_prefill_items(pool_, a, items);
     return;
   }
-  // Split each sequence into partitions (of at least kPartitionMin keys) while there are fewer
-  // than kDecodeItemsTarget items: a function of the batch alone, not of the thread count.
-  const int64_t want_parts = (kDecodeItemsTarget + num_seqs - 1) / num_seqs;
+  // Each sequence is split into partitions at multiples of kPartitionKeys: a function of its
+  // context length alone, not of the batch or the thread count.
   const int64_t hq = a.num_kv_heads * a.group, state = hq * (a.head_dim + 2);
   std::vector<DecodeItem> items;
   std::vector<int64_t> seq_parts(static_cast<size_t>(num_seqs));
@@ -255,10 +530,10 @@ void CpuBackend::attention_decode(Tensor out, Tensor q, const LayerKVCache& cach
   for (int b = 0; b < num_seqs; ++b) {
     const int64_t ctx = context_len(hb, b);
     check_context(a, hb, ctx, 1, b);
-    const int64_t parts = std::clamp<int64_t>(ctx / kPartitionMin, 1, want_parts);
+    const int64_t parts = std::max<int64_t>(1, (ctx + kPartitionKeys - 1) / kPartitionKeys);
     seq_parts[size_t(b)] = parts;
     for (int64_t p = 0; p < parts; ++p)
-      items.push_back({b, ctx * p / parts, ctx * (p + 1) / parts, p, nullptr});
+      items.push_back({b, p * kPartitionKeys, std::min(ctx, (p + 1) * kPartitionKeys), p, nullptr});
     if (parts > 1) partial_items += parts;
   }
   std::vector<float> partials(size_t(partial_items * state));
@@ -271,10 +546,14 @@ void CpuBackend::attention_decode(Tensor out, Tensor q, const LayerKVCache& cach
   std::stable_sort(items.begin(), items.end(), [](const DecodeItem& x, const DecodeItem& y) {
     return x.k1 - x.k0 > y.k1 - y.k0;
   });
+  const bool avx512 = use_avx512(a);
   run_dynamic(
       pool_, int64_t(items.size()), [] { return std::vector<float>(); },
       [&](int64_t i, std::vector<float>& sc) {
         const DecodeItem& it = items[size_t(i)];
+        if (avx512)
+          return a.head_dim == 64 ? run_decode_item512_d<64>(a, it, sc)
+                                  : run_decode_item512_d<128>(a, it, sc);
         switch (a.group) {
           case 1: return run_decode_item<1>(a, it, sc);
           case 2: return run_decode_item<2>(a, it, sc);
