@@ -125,25 +125,16 @@ void ModelRunner::prepare_sample(HostBatch& b, const std::vector<Sequence*>& seq
 
 namespace {
 
-// Appends `v` to the metadata image and returns its view (64-byte aligned within the buffer).
+// Appends `v` to the metadata image (64-byte aligned) and makes *dst its view; the data pointer
+// is set once the image is on the device (fixups).
 template <typename T>
-Tensor place(std::vector<char>& image, std::vector<std::pair<size_t, Tensor*>>& fixups,
-             const std::vector<T>& v, DType dtype, std::vector<int64_t> shape, Tensor* dst) {
+void place(std::vector<char>& image, std::vector<std::pair<size_t, Tensor*>>& fixups,
+           const std::vector<T>& v, DType dtype, std::initializer_list<int64_t> shape, Tensor* dst) {
   size_t offset = (image.size() + 63) / 64 * 64;
   image.resize(offset + v.size() * sizeof(T));
   if (!v.empty()) std::memcpy(image.data() + offset, v.data(), v.size() * sizeof(T));
-  Tensor t;
-  t.dtype = dtype;
-  t.ndim = int(shape.size());
-  int64_t st = 1;
-  for (int d = t.ndim - 1; d >= 0; --d) {
-    t.shape[d] = shape[d];
-    t.stride[d] = st;
-    st *= shape[d];
-  }
-  *dst = t;
+  *dst = Tensor::contiguous(nullptr, dtype, shape);
   fixups.emplace_back(offset, dst);
-  return t;
 }
 
 }  // namespace
