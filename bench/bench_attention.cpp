@@ -20,8 +20,8 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/roofline.h"
-#include "backend/tensor.h"
-#include "engine/forward_batch.h"
+#include "runtime/tensor.h"
+#include "runtime/forward_batch.h"
 
 using namespace nanovllm;
 using namespace nanovllm::cpu;

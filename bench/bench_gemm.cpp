@@ -16,7 +16,7 @@
 
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/roofline.h"
-#include "backend/tensor.h"
+#include "runtime/tensor.h"
 
 using namespace nanovllm;
 using namespace nanovllm::cpu;

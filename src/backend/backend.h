@@ -10,8 +10,8 @@
 #include <memory>
 #include <string>
 
-#include "backend/tensor.h"
-#include "engine/forward_batch.h"
+#include "runtime/tensor.h"
+#include "runtime/forward_batch.h"
 
 namespace nanovllm {
 
@@ -84,7 +84,7 @@ class Backend {
   // out[b] = x[indices[b]]   x: act [T, H]; indices: i32 [B]; out: act [B, H]
   virtual void gather_rows(Tensor out, Tensor x, Tensor indices) = 0;
   // Next token per sequence from logits f32 [B, V] with the batch's sampling fields
-  // (see engine/sampling_rng.h for the exact rule). out: i32 [B].
+  // (see runtime/sampling_rng.h for the exact rule). out: i32 [B].
   virtual void sample(Tensor out, Tensor logits, const ForwardBatch& batch) = 0;
   // Sum over tensor-parallel ranks, in place (single rank: nothing).
   virtual void all_reduce(Tensor x) {}

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <filesystem>
 
-#include "engine/sampling_rng.h"
+#include "runtime/sampling_rng.h"
 
 namespace nanovllm {
 

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "engine/forward_batch.h"
+#include "runtime/forward_batch.h"
 #include "engine/sequence.h"
 #include "model/qwen3.h"
 #include "nanovllm/config.h"

@@ -9,7 +9,7 @@
 #include <thread>
 #include <vector>
 
-#include "backend/tensor.h"
+#include "runtime/tensor.h"
 #include "model/hf_config.h"
 #include "model/safetensors.h"
 #include "util/check.h"

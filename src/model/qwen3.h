@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "engine/forward_batch.h"
+#include "runtime/forward_batch.h"
 #include "model/hf_config.h"
 #include "model/weights.h"
 

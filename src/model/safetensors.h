@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/tensor.h"
+#include "runtime/tensor.h"
 
 namespace nanovllm {
 

@@ -12,7 +12,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_backend.h"
-#include "engine/forward_batch.h"
+#include "runtime/forward_batch.h"
 #include "reference/ops_reference.h"
 
 namespace nanovllm {

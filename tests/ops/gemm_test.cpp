@@ -18,7 +18,7 @@
 #include <random>
 #include <vector>
 
-#include "backend/tensor.h"
+#include "runtime/tensor.h"
 #include "reference/gemm_reference.h"
 
 namespace nanovllm::cpu {

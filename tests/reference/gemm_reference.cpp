@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "backend/tensor.h"
+#include "runtime/tensor.h"
 
 namespace nanovllm::ref {
 

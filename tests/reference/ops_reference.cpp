@@ -5,7 +5,7 @@
 #include <cstring>
 #include <numeric>
 
-#include "engine/sampling_rng.h"
+#include "runtime/sampling_rng.h"
 #include "util/check.h"
 
 namespace nanovllm::ref {

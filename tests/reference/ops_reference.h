@@ -45,7 +45,7 @@ Vec gather_rows(const Vec& x, const std::vector<int32_t>& indices, int64_t cols)
 Vec attention(const Vec& q, const Vec& k, const Vec& v, int64_t seqlen_q, int64_t context_len,
               int64_t hq, int64_t hkv, int64_t d, float scale);
 
-// The sampling rule of engine/sampling_rng.h, spelled out (logits: [vocab]):
+// The sampling rule of runtime/sampling_rng.h, spelled out (logits: [vocab]):
 //   temperature == 0: the first index of the maximum logit.
 //   l_i = logits_i / temperature (f32 division).
 //   kept = all indices, ordered by l descending then index ascending;

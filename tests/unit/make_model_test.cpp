@@ -12,7 +12,7 @@
 #include <iterator>
 #include <nlohmann/json.hpp>
 
-#include "backend/tensor.h"
+#include "runtime/tensor.h"
 #include "model/hf_config.h"
 #include "model/safetensors.h"
 

@@ -9,7 +9,7 @@
 #include <new>
 
 #include "backend/cpu/gemm_internal.h"
-#include "backend/tensor.h"
+#include "runtime/tensor.h"
 #include "util/check.h"
 
 namespace nanovllm::cpu {

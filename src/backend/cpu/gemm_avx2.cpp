@@ -4,7 +4,7 @@
 #include <immintrin.h>
 
 #include "backend/cpu/gemm_internal.h"
-#include "backend/tensor.h"
+#include "runtime/tensor.h"
 
 namespace nanovllm::cpu::detail {
 namespace {

@@ -1,4 +1,4 @@
-// The sampler: the exact rule of engine/sampling_rng.h, one sequence per task, sequences split
+// The sampler: the exact rule of runtime/sampling_rng.h, one sequence per task, sequences split
 // over the pool. The token chosen is the one tests/reference/ops_reference.cpp picks, bit for bit
 // (same float expressions, same libm calls); the work is pruned where the outcome cannot change:
 //   - the race over the whole vocabulary scores only l_i >= max(l) - 21 (the score
@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
-#include "engine/sampling_rng.h"
+#include "runtime/sampling_rng.h"
 
 namespace nanovllm::cpu {
 

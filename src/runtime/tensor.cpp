@@ -1,4 +1,4 @@
-#include "backend/tensor.h"
+#include "runtime/tensor.h"
 
 #include <cstring>
 

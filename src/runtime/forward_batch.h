@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "backend/tensor.h"
+#include "runtime/tensor.h"
 
 namespace nanovllm {
 
