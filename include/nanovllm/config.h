@@ -15,6 +15,8 @@ struct Config {
                                         // (CPU: min(4 GiB, 1/4 of free memory))
   bool enable_prefix_caching = true;
   std::string device = "cpu";           // "cpu" | "cuda"
+  float gpu_memory_utilization = 0.9f;  // CUDA: share of the GPU's memory the engine may use
+  bool enforce_eager = false;           // CUDA: no graphs, every decode step launched eagerly
   int num_threads = 0;                  // CPU threads; 0 = all cores
   bool show_progress = true;            // progress bar on a terminal (LLM::generate)
 };

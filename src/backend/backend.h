@@ -7,6 +7,7 @@
 // bf16); every op below that says "act" takes that dtype. The KV cache is bf16.
 // Shapes use T = tokens in the step, B = sequences, H = hidden, D = head_dim,
 // Hq / Hkv = query / key-value heads, I = intermediate, V = vocab.
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -28,6 +29,20 @@ struct LinearWeight {
 struct LayerKVCache {
   Tensor k;
   Tensor v;
+};
+
+// Bytes free and in all on the device (CPU: MemAvailable and MemTotal of /proc/meminfo).
+struct DeviceMemory {
+  int64_t free_bytes = 0;
+  int64_t total_bytes = 0;
+};
+
+// A recorded sequence of device work replayed as one launch (a CUDA graph). It reads and writes
+// the same buffers every replay; the runner refills them in place before calling replay().
+class DeviceGraph {
+ public:
+  virtual ~DeviceGraph() = default;
+  virtual void replay() = 0;
 };
 
 class Backend {
@@ -88,6 +103,14 @@ class Backend {
   virtual void sample(Tensor out, Tensor logits, const ForwardBatch& batch) = 0;
   // Sum over tensor-parallel ranks, in place (single rank: nothing).
   virtual void all_reduce(Tensor x) {}
+
+  // ---- device memory and graphs ----
+  virtual DeviceMemory memory_info() const = 0;
+  // Records what `record` enqueues (no allocation, no host sync inside) and returns it for
+  // replay; nullptr when the backend has no graphs (the CPU), and the runner then runs eagerly.
+  virtual std::unique_ptr<DeviceGraph> capture_graph(const std::function<void()>& record) {
+    return nullptr;
+  }
 };
 
 struct BackendOptions {

@@ -5,8 +5,12 @@
 
 #include <fmt/format.h>
 
+#include <unistd.h>
+
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <string>
 #include <thread>
 
 namespace nanovllm::cpu {
@@ -35,6 +39,23 @@ CpuBackend::CpuBackend(int num_threads)
 std::string CpuBackend::describe() const {
   return fmt::format("cpu ({}, {} thread{})", gemm_isa_name(gemm_isa_), pool_.size(),
                      pool_.size() == 1 ? "" : "s");
+}
+
+DeviceMemory CpuBackend::memory_info() const {
+  DeviceMemory m;
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key, unit;
+  int64_t kib = 0;
+  while (meminfo >> key >> kib) {
+    std::getline(meminfo, unit);
+    if (key == "MemAvailable:") m.free_bytes = kib * 1024;
+    if (key == "MemTotal:") m.total_bytes = kib * 1024;
+  }
+  if (m.total_bytes <= 0) {  // no /proc: sysconf's view
+    m.total_bytes = int64_t(sysconf(_SC_PHYS_PAGES)) * sysconf(_SC_PAGESIZE);
+    m.free_bytes = int64_t(sysconf(_SC_AVPHYS_PAGES)) * sysconf(_SC_PAGESIZE);
+  }
+  return m;
 }
 
 void CpuBackend::parallel_rows(int64_t n, int64_t cost_per_item,

@@ -53,6 +53,7 @@ class CpuBackend : public Backend {
                         float scale) override;  // attention_decode.cpp
   void gather_rows(Tensor out, Tensor x, Tensor indices) override;
   void sample(Tensor out, Tensor logits, const ForwardBatch& batch) override;  // sampler.cpp
+  DeviceMemory memory_info() const override;  // /proc/meminfo: MemAvailable, MemTotal
 
  private:
   // fn(begin, end) over [0, n): on the pool when n * cost_per_item is worth a dispatch, else
