@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 packages=(build-essential cmake ninja-build pkg-config nlohmann-json3-dev libxxhash-dev
           libpcre2-dev libutf8proc-dev libcli11-dev libfmt-dev libgtest-dev libgmock-dev
           libbenchmark-dev python3 python3-jinja2 nodejs npm
+          libopenmpi-dev openmpi-bin  # src/distributed: the MPI communicator and its tests
           chromium)  # chromium: the chat page test (tests/server/chat_page_test.cpp)
 missing=()
 for p in "${packages[@]}"; do
