@@ -10,9 +10,11 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "runtime/tensor.h"
 #include "runtime/forward_batch.h"
+#include "runtime/logprobs.h"
 
 namespace nanovllm {
 
@@ -101,6 +103,22 @@ class Backend {
   // Next token per sequence from logits f32 [B, V] with the batch's sampling fields
   // (see runtime/sampling_rng.h for the exact rule). out: i32 [B].
   virtual void sample(Tensor out, Tensor logits, const ForwardBatch& batch) = 0;
+  // Logprobs of the sampled tokens (SamplingParams::logprobs) by runtime/logprobs.h's rule, from
+  // the raw logits f32 [B, V]: for each row b with num_top[b] >= 0, out[b] = the logprob and rank
+  // of tokens[b] and the num_top[b] most likely tokens; rows with num_top[b] < 0 are left empty.
+  // The default downloads each wanted row and computes on the host (any backend); a backend may
+  // do better.
+  virtual void compute_logprobs(Tensor logits, const std::vector<int32_t>& tokens,
+                                const std::vector<int32_t>& num_top, std::vector<StepLogprobs>& out) {
+    const int64_t num = logits.shape[0], v = logits.shape[1];
+    out.assign(size_t(num), StepLogprobs{});
+    std::vector<float> row(static_cast<size_t>(v));
+    for (int64_t b = 0; b < num; ++b) {
+      if (num_top[size_t(b)] < 0) continue;
+      download(row.data(), logits.slice_rows(b, b + 1));  // f32 [1, V]
+      out[size_t(b)] = ::nanovllm::compute_logprobs(row.data(), v, tokens[size_t(b)], num_top[size_t(b)]);
+    }
+  }
   // Sum over tensor-parallel ranks, in place (single rank: nothing).
   virtual void all_reduce(Tensor x) {}
 

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "runtime/sampling_batch.h"
 #include "runtime/tensor.h"
 
 namespace nanovllm {
@@ -29,6 +30,7 @@ struct HostBatch {
   std::vector<float> top_p;                 // [num_seqs] 1: off
   std::vector<uint64_t> seeds;              // [num_seqs] per-request RNG seed
   std::vector<int64_t> sample_offsets;      // [num_seqs] RNG counter: tokens in the seq before the sampled one
+  SamplingBatch sampling;                   // min_p, penalties, logit_bias, min_tokens, logprobs
 
   int num_seqs() const { return int(cu_seqlens_q.empty() ? 0 : cu_seqlens_q.size() - 1); }
   int num_tokens() const { return int(input_ids.size()); }

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <numeric>
 
+#include "reference/sampler_reference.h"
 #include "runtime/sampling_rng.h"
 #include "util/check.h"
 
@@ -138,49 +139,13 @@ Vec attention(const Vec& q, const Vec& k, const Vec& v, int64_t seqlen_q, int64_
 
 int32_t sample(const Vec& logits, float temperature, int32_t top_k, float top_p, uint64_t seed,
                int64_t offset) {
-  const int64_t vocab = int64_t(logits.size());
-  if (temperature == 0.0f) {
-    int64_t best = 0;
-    for (int64_t i = 1; i < vocab; ++i)
-      if (logits[size_t(i)] > logits[size_t(best)]) best = i;
-    return int32_t(best);
-  }
-  Vec l(logits.size());
-  for (size_t i = 0; i < l.size(); ++i) l[i] = logits[i] / temperature;
-  std::vector<int32_t> kept(logits.size());
-  std::iota(kept.begin(), kept.end(), 0);
-  std::stable_sort(kept.begin(), kept.end(),
-                   [&](int32_t a, int32_t b) { return l[size_t(a)] > l[size_t(b)]; });
-  if (top_k > 0 && top_k < vocab) kept.resize(size_t(top_k));
-  if (top_p < 1.0f) {
-    const double lmax = l[size_t(kept[0])];
-    std::vector<int32_t> by_index = kept;
-    std::sort(by_index.begin(), by_index.end());
-    double z = 0.0;
-    for (int32_t i : by_index) z += std::exp(double(l[size_t(i)]) - lmax);
-    double cum = 0.0;
-    for (size_t j = 0; j < kept.size(); ++j) {
-      cum += std::exp(double(l[size_t(kept[j])]) - lmax);
-      if (cum >= double(top_p) * z) {
-        kept.resize(j + 1);
-        break;
-      }
-    }
-  }
-  std::sort(kept.begin(), kept.end());
-  int32_t best = kept[0];
-  float best_score = -INFINITY;
-  for (size_t j = 0; j < kept.size(); ++j) {
-    const int32_t i = kept[j];
-    const float u = sample_uniform(seed, offset, i);
-    const float e = -std::log(u);
-    const float score = l[size_t(i)] - std::log(e);
-    if (j == 0 || score > best_score) {
-      best = i;
-      best_score = score;
-    }
-  }
-  return best;
+  SamplingCase c;
+  c.temperature = temperature;
+  c.top_k = top_k;
+  c.top_p = top_p;
+  c.seed = seed;
+  c.offset = offset;
+  return sample(logits, c);
 }
 
 }  // namespace nanovllm::ref

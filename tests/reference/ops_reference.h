@@ -45,16 +45,8 @@ Vec gather_rows(const Vec& x, const std::vector<int32_t>& indices, int64_t cols)
 Vec attention(const Vec& q, const Vec& k, const Vec& v, int64_t seqlen_q, int64_t context_len,
               int64_t hq, int64_t hkv, int64_t d, float scale);
 
-// The sampling rule of runtime/sampling_rng.h, spelled out (logits: [vocab]):
-//   temperature == 0: the first index of the maximum logit.
-//   l_i = logits_i / temperature (f32 division).
-//   kept = all indices, ordered by l descending then index ascending;
-//   top_k > 0 and < vocab: kept = its first top_k;
-//   top_p < 1: p_i = exp(double(l_i) - double(l_max)), l_max = l of kept's first element;
-//     z = sum of p_i over kept in ascending index order (double); walking kept in order,
-//     cum += p_i; cut after the first element where cum >= double(top_p) * z (if none: keep all);
-//   token = argmax over kept of the f32 score  l_i - log(-log(u_i)),
-//     u_i = sample_uniform(seed, offset, i); ties: the lowest index.
+// The sampling rule of runtime/sampling_rng.h with only temperature, top_k, top_p (the full
+// rule: reference/sampler_reference.h).
 int32_t sample(const Vec& logits, float temperature, int32_t top_k, float top_p, uint64_t seed,
                int64_t offset);
 

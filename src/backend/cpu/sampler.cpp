@@ -1,10 +1,11 @@
 // The sampler: the exact rule of runtime/sampling_rng.h, one sequence per task, sequences split
-// over the pool. The token chosen is the one tests/reference/ops_reference.cpp picks, bit for bit
-// (same float expressions, same libm calls); the work is pruned where the outcome cannot change:
-//   - the race over the whole vocabulary scores only l_i >= max(l) - 21 (the score
-//     l_i - log(-log(u_i)) lies within [l_i - 2.86, l_i + 16.7] for u_i in (0, 1)), plus any
-//     i whose u_i rounds to 1.0 (an infinite score: sample_uniform can return exactly 1.0);
-//   - top-p over the whole vocabulary sorts only l_i >= max(l) - 40 unless the cut needs more.
+// over the pool. The token chosen is the one tests/reference/sampler_reference.cpp picks, bit for
+// bit (same float expressions, same libm calls); the work is pruned where the outcome cannot
+// change:
+//   - the race over the whole vocabulary scores only d_i >= -21: the maximum (d = 0) scores at
+//     least -log(-log(u_min)) > -2.9 and any d scores at most d + 16.7 (u in (0, 1), 23 bits);
+//   - top-p over the whole candidate set sorts only d_i >= -40 unless the cut needs more.
+// Processing (penalties, bias, masks) touches only the tokens of the sequence's TokenAdjust table.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -22,14 +23,15 @@ struct SampleParams {
   float temperature;
   int32_t top_k;
   float top_p;
+  float min_p;
   uint64_t seed;
   int64_t offset;
 };
 
-// Higher l first, then lower index.
+// Higher d first, then lower index.
 struct Better {
-  const float* l;
-  bool operator()(int32_t a, int32_t b) const { return l[a] > l[b] || (l[a] == l[b] && a < b); }
+  const float* d;
+  bool operator()(int32_t a, int32_t b) const { return d[a] > d[b] || (d[a] == d[b] && a < b); }
 };
 
 int32_t argmax(const float* x, int64_t n) {
@@ -39,18 +41,12 @@ int32_t argmax(const float* x, int64_t n) {
   return int32_t(best);
 }
 
-// The race score of index i (exactly as the reference computes it).
-float race_score(float l, float u) {
-  const float e = -std::log(u);
-  return l - std::log(e);
-}
-
 // argmax over `kept` of the race score; ties: lowest index.
-int32_t race(const float* l, const std::vector<int32_t>& kept, const SampleParams& p) {
+int32_t race(const float* d, const std::vector<int32_t>& kept, const SampleParams& p) {
   int32_t best = -1;
   float best_s = 0.0f;
   for (int32_t i : kept) {
-    const float s = race_score(l[i], sample_uniform(p.seed, p.offset, i));
+    const float s = race_score(d[i], sample_uniform(p.seed, p.offset, i));
     if (best < 0 || s > best_s || (s == best_s && i < best)) {
       best = i;
       best_s = s;
@@ -59,39 +55,42 @@ int32_t race(const float* l, const std::vector<int32_t>& kept, const SampleParam
   return best;
 }
 
-// The race over the whole vocabulary, pruned (see the top of the file).
-int32_t race_all(const float* l, int64_t v, const SampleParams& p) {
-  const float m = l[argmax(l, v)];
-  const float threshold = m - 21.0f;
+// The race over the whole vocabulary, pruned (see the top of the file). max(d) == 0.
+int32_t race_all(const float* d, int64_t v, const SampleParams& p) {
   int32_t best = -1;
   float best_s = 0.0f;
   for (int64_t i = 0; i < v; ++i) {
-    const float u = sample_uniform(p.seed, p.offset, i);
-    if (!(l[i] >= threshold) && u < 1.0f) continue;
-    const float s = race_score(l[i], u);
+    if (!(d[i] >= -21.0f)) continue;
+    const float s = race_score(d[i], sample_uniform(p.seed, p.offset, i));
     if (best < 0 || s > best_s) {  // ascending i: ties keep the lower index
       best = int32_t(i);
       best_s = s;
     }
   }
-  return best < 0 ? argmax(l, v) : best;
+  return best;
 }
 
-// The top_k best indices by (l desc, index asc), sorted that way.
-std::vector<int32_t> top_k_indices(const float* l, int64_t v, int64_t k) {
-  Better better{l};
+// The top_k best of `cand` (all of [0, v) when cand is null) by (d desc, index asc), sorted so.
+std::vector<int32_t> top_k_indices(const float* d, int64_t v, const std::vector<int32_t>* cand,
+                                   int64_t k) {
+  Better better{d};
   // Max-heap under `better` = the worst kept element on top.
   std::priority_queue<int32_t, std::vector<int32_t>, Better> heap(better);
-  for (int64_t i = 0; i < v; ++i) {
+  auto offer = [&](int32_t i) {
     if (int64_t(heap.size()) < k) {
-      heap.push(int32_t(i));
-    } else if (better(int32_t(i), heap.top())) {
+      heap.push(i);
+    } else if (better(i, heap.top())) {
       heap.pop();
-      heap.push(int32_t(i));
+      heap.push(i);
     }
+  };
+  if (cand) {
+    for (int32_t i : *cand) offer(i);
+  } else {
+    for (int64_t i = 0; i < v; ++i) offer(int32_t(i));
   }
   std::vector<int32_t> out;
-  out.reserve(size_t(k));
+  out.reserve(heap.size());
   while (!heap.empty()) {
     out.push_back(heap.top());
     heap.pop();
@@ -100,13 +99,13 @@ std::vector<int32_t> top_k_indices(const float* l, int64_t v, int64_t k) {
   return out;
 }
 
-// Shortest prefix of `sorted` whose cumulative probability reaches top_p * z (probabilities
-// exp(l - m) in double, m = l[sorted[0]]); false if the whole list does not reach it.
-bool top_p_cut(const float* l, std::vector<int32_t>& sorted, double m, double z, float top_p) {
+// Shortest prefix of `sorted` whose cumulative exp(d) reaches top_p * z; false if the whole list
+// does not reach it.
+bool top_p_cut(const float* d, std::vector<int32_t>& sorted, double z, float top_p) {
   const double target = double(top_p) * z;
   double cum = 0.0;
   for (size_t j = 0; j < sorted.size(); ++j) {
-    cum += std::exp(double(l[sorted[j]]) - m);
+    cum += std::exp(double(d[sorted[j]]));
     if (cum >= target) {
       sorted.resize(j + 1);
       return true;
@@ -115,50 +114,63 @@ bool top_p_cut(const float* l, std::vector<int32_t>& sorted, double m, double z,
   return false;
 }
 
-int32_t sample_one(const float* logits, int64_t v, const SampleParams& p,
-                   std::vector<float>& lbuf) {
-  if (p.temperature == 0.0f) return argmax(logits, v);
-  lbuf.resize(size_t(v));
-  float* l = lbuf.data();
-  for (int64_t i = 0; i < v; ++i) l[i] = logits[i] / p.temperature;
+// The token of one sequence; y holds its processed logits (step 1), d is scratch.  y, d: [v]
+int32_t sample_processed(const float* y, int64_t v, const SampleParams& p, std::vector<float>& dbuf) {
+  if (p.temperature == 0.0f) return argmax(y, v);
+  const float m = y[argmax(y, v)];
+  if (m == -INFINITY) return 0;  // every logit -inf or NaN
+  dbuf.resize(size_t(v));
+  float* d = dbuf.data();
+  for (int64_t i = 0; i < v; ++i) d[i] = scaled_logit(y[i], m, p.temperature);
+  const bool use_min_p = p.min_p > 0.0f;
   const bool use_top_k = p.top_k > 0 && p.top_k < v;
   const bool use_top_p = p.top_p < 1.0f;
-  if (!use_top_k && !use_top_p) return race_all(l, v, p);
+  if (!use_min_p && !use_top_k && !use_top_p) return race_all(d, v, p);
 
-  std::vector<int32_t> kept;  // sorted by Better
-  if (use_top_k) kept = top_k_indices(l, v, p.top_k);
-  if (use_top_p) {
-    if (use_top_k) {
-      std::vector<int32_t> by_index = kept;
-      std::sort(by_index.begin(), by_index.end());
-      const double m = l[kept[0]];
-      double z = 0.0;
-      for (int32_t i : by_index) z += std::exp(double(l[i]) - m);
-      top_p_cut(l, kept, m, z, p.top_p);  // not reaching top_p * z (rounding): keep them all
-    } else {
-      const int32_t top = argmax(l, v);
-      const double m = l[top];
-      double z = 0.0;
-      for (int64_t i = 0; i < v; ++i) z += std::exp(double(l[i]) - m);
-      const float threshold = l[top] - 40.0f;
-      for (int64_t i = 0; i < v; ++i)
-        if (l[i] >= threshold) kept.push_back(int32_t(i));
-      std::sort(kept.begin(), kept.end(), Better{l});
-      if (!top_p_cut(l, kept, m, z, p.top_p)) {  // the cut lies in the far tail: sort it all
-        kept.resize(size_t(v));
-        for (int64_t i = 0; i < v; ++i) kept[size_t(i)] = int32_t(i);
-        std::sort(kept.begin(), kept.end(), Better{l});
-        top_p_cut(l, kept, m, z, p.top_p);
-      }
-    }
+  std::vector<int32_t> cand;  // min_p's survivors in ascending index order
+  if (use_min_p) {
+    for (int64_t i = 0; i < v; ++i)
+      if (min_p_keeps(d[i], p.min_p)) cand.push_back(int32_t(i));
   }
-  return race(l, kept, p);
+  const std::vector<int32_t>* cand_ptr = use_min_p ? &cand : nullptr;
+  std::vector<int32_t> kept;  // sorted by Better
+  if (use_top_k && (!use_min_p || int64_t(cand.size()) > p.top_k)) {
+    kept = top_k_indices(d, v, cand_ptr, p.top_k);
+  } else if (!use_top_p) {
+    return race(d, cand, p);  // min_p alone (or top_k keeping all its survivors)
+  } else if (use_min_p) {
+    kept = cand;
+    std::sort(kept.begin(), kept.end(), Better{d});
+  }
+  if (!use_top_p) return race(d, kept, p);
+
+  if (!kept.empty()) {  // top_k's (or min_p's) set, sorted
+    std::vector<int32_t> by_index = kept;
+    std::sort(by_index.begin(), by_index.end());
+    double z = 0.0;
+    for (int32_t i : by_index) z += std::exp(double(d[i]));
+    top_p_cut(d, kept, z, p.top_p);  // not reaching top_p * z (rounding): keep them all
+    return race(d, kept, p);
+  }
+  // top_p over the whole vocabulary.
+  double z = 0.0;
+  for (int64_t i = 0; i < v; ++i) z += std::exp(double(d[i]));
+  for (int64_t i = 0; i < v; ++i)
+    if (d[i] >= -40.0f) kept.push_back(int32_t(i));
+  std::sort(kept.begin(), kept.end(), Better{d});
+  if (!top_p_cut(d, kept, z, p.top_p)) {  // the cut lies in the far tail: sort it all
+    kept.resize(size_t(v));
+    for (int64_t i = 0; i < v; ++i) kept[size_t(i)] = int32_t(i);
+    std::sort(kept.begin(), kept.end(), Better{d});
+    top_p_cut(d, kept, z, p.top_p);
+  }
+  return race(d, kept, p);
 }
 
 }  // namespace
 
-// out[b] = the token the rule of sampling_rng.h picks from logits[b] with seq b's parameters
-// (temperature 0: logits[b].argmax(); else top-k, top-p, then the exponential race).
+// out[b] = the token the rule of sampling_rng.h picks from logits[b] with seq b's fields
+// (HostBatch's temperature / top_k / top_p / seed / offset and its SamplingBatch).
 void CpuBackend::sample(Tensor out, Tensor logits, const ForwardBatch& batch) {
   NV_CHECK(logits.ndim == 2 && logits.dtype == DType::F32 && logits.stride[1] == 1 &&
                logits.shape[1] >= 1 && logits.shape[1] <= std::numeric_limits<int32_t>::max(),
@@ -168,6 +180,7 @@ void CpuBackend::sample(Tensor out, Tensor logits, const ForwardBatch& batch) {
            "sample out {} for logits {}", out.describe(), logits.describe());
   NV_CHECK(batch.host != nullptr, "the CPU backend reads ForwardBatch::host");
   const HostBatch& hb = *batch.host;
+  const SamplingBatch& sb = hb.sampling;
   const int64_t num = logits.shape[0], v = logits.shape[1];
   NV_CHECK(int64_t(hb.temperatures.size()) >= num && int64_t(hb.seeds.size()) >= num &&
                int64_t(hb.sample_offsets.size()) >= num &&
@@ -177,14 +190,25 @@ void CpuBackend::sample(Tensor out, Tensor logits, const ForwardBatch& batch) {
            num, hb.temperatures.size(), hb.seeds.size(), hb.sample_offsets.size(), hb.top_k.size(),
            hb.top_p.size());
   parallel_rows(num, 4 * v, [&](int64_t begin, int64_t end) {
-    std::vector<float> lbuf;
+    std::vector<float> ybuf, dbuf;
     for (int64_t b = begin; b < end; ++b) {
       SampleParams p{hb.temperatures[size_t(b)], hb.top_k.empty() ? 0 : hb.top_k[size_t(b)],
-                     hb.top_p.empty() ? 1.0f : hb.top_p[size_t(b)], hb.seeds[size_t(b)],
-                     hb.sample_offsets[size_t(b)]};
+                     hb.top_p.empty() ? 1.0f : hb.top_p[size_t(b)], sb.min_p_of(b),
+                     hb.seeds[size_t(b)], hb.sample_offsets[size_t(b)]};
       NV_CHECK(p.temperature >= 0.0f, "temperature {} of seq {}", p.temperature, b);
-      out.ptr<int32_t>()[b] =
-          sample_one(logits.ptr<const float>() + b * logits.stride[0], v, p, lbuf);
+      const float* x = logits.ptr<const float>() + b * logits.stride[0];
+      // Step 1 into ybuf: clean every logit, then the table's tokens.
+      ybuf.resize(size_t(v));
+      float* y = ybuf.data();
+      for (int64_t i = 0; i < v; ++i) y[i] = clean_logit(x[i]);
+      const float r = sb.repetition_of(b), freq = sb.frequency_of(b), pres = sb.presence_of(b);
+      for (const TokenAdjust* a = sb.adjusts_begin(b); a != sb.adjusts_end(b); ++a) {
+        NV_CHECK(a->token_id >= 0 && a->token_id < v, "adjusted token {} outside [0, {})",
+                 a->token_id, v);
+        y[a->token_id] = adjust_logit(x[a->token_id], a->masked, a->bias, a->in_context,
+                                      a->output_count, r, freq, pres);
+      }
+      out.ptr<int32_t>()[b] = sample_processed(y, v, p, dbuf);
     }
   });
 }
