@@ -108,6 +108,8 @@ void BlockManager::allocate(Sequence& seq) {
     seq.block_table.push_back(id);
   }
   seq.num_cached_tokens = int(hits.size()) * block_size_;
+  num_prefix_queries_ += seq.num_tokens();
+  num_prefix_hits_ += seq.num_cached_tokens;
 }
 
 void BlockManager::deallocate(Sequence& seq) {

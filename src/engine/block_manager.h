@@ -77,6 +77,9 @@ class BlockManager {
   std::optional<uint64_t> block_hash(int32_t block_id) const { return block(block_id).hash; }
   // The block published under `hash`, or -1.
   int32_t hash_to_block_id(uint64_t hash) const;
+  // Prefix cache statistics over all allocate() calls: tokens looked up, tokens found cached.
+  int64_t num_prefix_queries() const { return num_prefix_queries_; }
+  int64_t num_prefix_hits() const { return num_prefix_hits_; }
 
  private:
   // Blocks of seq's longest verified cached prefix, in order.
@@ -97,6 +100,8 @@ class BlockManager {
   std::vector<std::list<int32_t>::iterator> free_pos_;     // [num_blocks] position in the free list
   std::unordered_set<int32_t> used_block_ids_;
   uint64_t next_cache_id_ = 1;
+  int64_t num_prefix_queries_ = 0;
+  int64_t num_prefix_hits_ = 0;
 };
 
 }  // namespace nanovllm

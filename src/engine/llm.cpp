@@ -1,11 +1,12 @@
 #include "nanovllm/llm.h"
 
-#include <map>
+#include <condition_variable>
+#include <mutex>
 #include <optional>
 
+#include "engine/async_llm_engine.h"
 #include "engine/llm_engine.h"
 #include "tokenizer/chat_template.h"
-#include "tokenizer/incremental_detokenizer.h"
 #include "util/progress_bar.h"
 
 namespace nanovllm {
@@ -30,39 +31,60 @@ std::vector<GenerationOutput> LLM::generate(const std::vector<std::vector<int32_
       fail("prompt {}: {}", i, e.what());
     }
   }
+  // Built on the streaming API: one engine thread for this call, one stream per prompt.
   const Tokenizer* tokenizer = engine_->tokenizer();
-  std::map<int64_t, size_t> index_of;
-  for (size_t i = 0; i < prompts.size(); ++i) index_of[engine_->add_request(prompts[i], param(i))] = i;
-  // Streaming: one incremental detokenizer per prompt.
-  std::vector<std::optional<IncrementalDetokenizer>> streams(prompts.size());
-  if (on_text && tokenizer) {
-    for (auto& s : streams) s.emplace(*tokenizer, /*skip_special_tokens=*/true);
-  }
-
   std::vector<GenerationOutput> outputs(prompts.size());
   ProgressBar bar(int(prompts.size()), "Generating", show_progress_);
-  while (!engine_->is_finished()) {
-    StepResult r = engine_->step();
-    for (auto [seq_id, token] : r.new_tokens) {
-      auto it = index_of.find(seq_id);
-      if (it == index_of.end() || !streams[it->second]) continue;
-      std::string delta = streams[it->second]->add(token);
-      if (!delta.empty()) on_text(it->second, delta);
+  {
+    AsyncLLMEngine async(*engine_);
+    async.set_step_observer([&bar](const StepInfo& s) {
+      bar.update(s.num_finished, s.num_prefill_tokens, s.num_decode_tokens);
+    });
+    RequestOptions options;
+    options.detokenize = tokenizer != nullptr;
+    std::vector<SamplingParams> per_prompt;
+    for (size_t i = 0; i < prompts.size(); ++i) per_prompt.push_back(param(i));
+    std::vector<std::shared_ptr<RequestStream>> streams = async.add_requests(prompts, per_prompt, options);
+    std::mutex mu;
+    std::condition_variable cv;
+    bool woken = false;
+    for (auto& s : streams) {
+      s->set_notify([&] {
+        {
+          std::lock_guard lock(mu);
+          woken = true;
+        }
+        cv.notify_one();
+      });
     }
-    for (auto& seq : r.finished) {
-      auto it = index_of.find(seq->seq_id);
-      if (it == index_of.end()) continue;  // a request added outside this call
-      GenerationOutput& out = outputs[it->second];
-      out.token_ids.assign(seq->token_ids.begin() + seq->num_prompt_tokens, seq->token_ids.end());
-      out.finish_reason = finish_reason_name(seq->finish_reason);
-      out.error = seq->error;
-      if (tokenizer) out.text = tokenizer->decode(out.token_ids, /*skip_special_tokens=*/true);
-      if (streams[it->second]) {
-        std::string tail = streams[it->second]->finish();
-        if (!tail.empty()) on_text(it->second, tail);
+    std::vector<bool> done(prompts.size(), false);
+    size_t remaining = prompts.size();
+    while (remaining > 0) {
+      bool any = false;
+      for (size_t i = 0; i < streams.size(); ++i) {
+        if (done[i]) continue;
+        while (std::optional<RequestEvent> e = streams[i]->try_next()) {
+          any = true;
+          GenerationOutput& out = outputs[i];
+          out.token_ids.insert(out.token_ids.end(), e->token_ids.begin(), e->token_ids.end());
+          out.text += e->text;
+          if (on_text && !e->text.empty()) on_text(i, e->text);
+          if (e->finished) {
+            out.finish_reason = e->finish_reason;
+            out.error = e->error;
+            done[i] = true;
+            --remaining;
+            break;
+          }
+        }
+      }
+      if (!any && remaining > 0) {
+        std::unique_lock lock(mu);
+        cv.wait_for(lock, std::chrono::milliseconds(100), [&] { return woken; });
+        woken = false;
       }
     }
-    bar.update(int(r.finished.size()), r.num_prefill_tokens, r.num_decode_tokens);
+    async.shutdown();  // the observer runs on the engine thread: join it before closing the bar
   }
   bar.close();
   return outputs;

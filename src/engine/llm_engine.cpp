@@ -108,6 +108,8 @@ int64_t LLMEngine::add_request(std::vector<int32_t> prompt, const SamplingParams
   return id;
 }
 
+bool LLMEngine::abort(int64_t seq_id) { return scheduler_->abort(seq_id) != nullptr; }
+
 StepResult LLMEngine::step() {
   StepResult result;
   auto [seqs, is_prefill] = scheduler_->schedule();

@@ -35,6 +35,9 @@ class LLMEngine {
   int64_t add_request(std::vector<int32_t> prompt, const SamplingParams& params);
   void validate(const std::vector<int32_t>& prompt, const SamplingParams& params) const;
   StepResult step();
+  // Ends a waiting or running request between steps and frees its KV blocks; false when it is
+  // not waiting or running (finished already, or unknown).
+  bool abort(int64_t seq_id);
   bool is_finished() const { return scheduler_->is_finished(); }
 
   const Config& config() const { return config_; }

@@ -158,6 +158,27 @@ std::vector<std::unique_ptr<Sequence>> Scheduler::take_finished() {
   return std::exchange(finished_, {});
 }
 
+std::unique_ptr<Sequence> Scheduler::abort(int64_t seq_id) {
+  auto take = [&](auto& queue) -> std::unique_ptr<Sequence> {
+    for (auto it = queue.begin(); it != queue.end(); ++it) {
+      if ((*it)->seq_id != seq_id) continue;
+      std::unique_ptr<Sequence> seq = std::move(*it);
+      queue.erase(it);
+      return seq;
+    }
+    return nullptr;
+  };
+  std::unique_ptr<Sequence> seq = take(waiting_);
+  if (!seq) seq = take(running_);
+  if (!seq) seq = take(rejected_);
+  if (!seq) return nullptr;
+  if (seq.get() == prefilling_) prefilling_ = nullptr;
+  if (!seq->block_table.empty()) block_manager_.deallocate(*seq);
+  seq->status = SequenceStatus::FINISHED;
+  seq->num_scheduled_tokens = 0;
+  return seq;
+}
+
 void Scheduler::preempt(std::unique_ptr<Sequence> seq) {
   NV_CHECK(seq.get() != prefilling_);
   seq->status = SequenceStatus::WAITING;

@@ -68,6 +68,9 @@ class Scheduler {
                    bool is_prefill);
   // Finished since the last call, in finishing order (errors included).
   std::vector<std::unique_ptr<Sequence>> take_finished();
+  // Removes a waiting or running sequence (call between steps), frees its blocks and returns it
+  // (status FINISHED, finish_reason NONE); nullptr when no such sequence is waiting or running.
+  std::unique_ptr<Sequence> abort(int64_t seq_id);
 
   int64_t num_preemptions() const { return num_preemptions_; }
   const BlockManager& block_manager() const { return block_manager_; }

@@ -1,0 +1,282 @@
+#include "engine/async_llm_engine.h"
+
+#include <optional>
+#include <utility>
+
+#include "tokenizer/incremental_detokenizer.h"
+#include "util/check.h"
+
+namespace nanovllm {
+
+using Clock = std::chrono::steady_clock;
+
+struct AsyncLLMEngine::Active {
+  int64_t request_id = 0;
+  int64_t seq_id = -1;
+  std::shared_ptr<RequestStream> stream;
+  std::optional<IncrementalDetokenizer> detokenizer;
+  int num_prompt_tokens = 0;
+  int num_completion_tokens = 0;
+  bool logprobs = false;  // SamplingParams::logprobs set: RequestEvent::logprobs filled
+  Clock::time_point arrival, last_token;
+};
+
+namespace {
+double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+}  // namespace
+
+AsyncLLMEngine::AsyncLLMEngine(LLMEngine& engine) : engine_(engine) {
+  update_gauges();
+  thread_ = std::thread([this] { loop(); });
+}
+
+AsyncLLMEngine::~AsyncLLMEngine() { shutdown(); }
+
+void AsyncLLMEngine::shutdown() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+std::shared_ptr<RequestStream> AsyncLLMEngine::add_request(std::vector<int32_t> prompt,
+                                                           const SamplingParams& params,
+                                                           const RequestOptions& options) {
+  std::vector<std::vector<int32_t>> prompts;
+  prompts.push_back(std::move(prompt));
+  try {
+    return add_requests(std::move(prompts), {params}, options)[0];
+  } catch (const Error& e) {
+    // add_requests prefixes "request 0: "; one request needs no index.
+    std::string msg = e.what();
+    const std::string prefix = "request 0: ";
+    if (msg.rfind(prefix, 0) == 0) msg = msg.substr(prefix.size());
+    throw Error(msg);
+  }
+}
+
+std::vector<std::shared_ptr<RequestStream>> AsyncLLMEngine::add_requests(
+    std::vector<std::vector<int32_t>> prompts, const std::vector<SamplingParams>& params,
+    const RequestOptions& options) {
+  if (params.size() != 1 && params.size() != prompts.size()) {
+    fail("{} sampling params for {} prompts (give 1 or one per prompt)", params.size(), prompts.size());
+  }
+  auto param = [&](size_t i) -> const SamplingParams& { return params[params.size() == 1 ? 0 : i]; };
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    try {
+      engine_.validate(prompts[i], param(i));  // const: reads the immutable config only
+    } catch (const Error& e) {
+      fail("request {}: {}", i, e.what());
+    }
+  }
+  if (options.detokenize && !prompts.empty()) engine_.require_tokenizer();
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  std::vector<Pending> adds;
+  const auto now = Clock::now();
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    auto stream = std::make_shared<RequestStream>(next_request_id_++);
+    streams.push_back(stream);
+    adds.push_back({std::move(prompts[i]), param(i), options, stream, now});
+  }
+  {
+    std::lock_guard lock(mu_);
+    if (stop_) fail("the engine is shutting down");
+    num_unfinished_ += int(adds.size());
+    for (auto& a : adds) pending_adds_.push_back(std::move(a));
+  }
+  cv_.notify_all();
+  return streams;
+}
+
+void AsyncLLMEngine::abort(int64_t request_id) {
+  {
+    std::lock_guard lock(mu_);
+    pending_aborts_.push_back(request_id);
+  }
+  cv_.notify_all();
+}
+
+void AsyncLLMEngine::set_step_observer(std::function<void(const StepInfo&)> observer) {
+  std::lock_guard lock(metrics_mu_);
+  step_observer_ = std::move(observer);
+}
+
+EngineMetrics AsyncLLMEngine::metrics() const {
+  std::lock_guard lock(metrics_mu_);
+  return metrics_;
+}
+
+void AsyncLLMEngine::loop() {
+  for (;;) {
+    std::vector<Pending> adds;
+    std::vector<int64_t> aborts;
+    bool stopping;
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] {
+        return stop_ || !pending_adds_.empty() || !pending_aborts_.empty() || !active_.empty();
+      });
+      adds = std::exchange(pending_adds_, {});
+      aborts = std::exchange(pending_aborts_, {});
+      stopping = stop_;
+    }
+    admit(adds);
+    apply_aborts(aborts, "abort", "");
+    if (stopping) {
+      std::vector<int64_t> all;
+      for (const auto& [id, a] : active_) all.push_back(id);
+      apply_aborts(all, "abort", "");
+      return;
+    }
+    if (!active_.empty()) run_step();
+  }
+}
+
+void AsyncLLMEngine::admit(std::vector<Pending>& adds) {
+  for (Pending& p : adds) {
+    auto a = std::make_unique<Active>();
+    a->request_id = p.stream->request_id();
+    a->stream = p.stream;
+    a->num_prompt_tokens = int(p.prompt.size());
+    a->arrival = p.arrival;
+    a->logprobs = p.params.logprobs.has_value();
+    if (p.options.detokenize) a->detokenizer.emplace(engine_.require_tokenizer(), p.options.skip_special_tokens);
+    try {
+      a->seq_id = engine_.add_request(std::move(p.prompt), p.params);
+    } catch (const std::exception& e) {  // validated already; kept for safety
+      finish(*a, "error", e.what());
+      continue;
+    }
+    request_of_seq_[a->seq_id] = a->request_id;
+    active_[a->request_id] = std::move(a);
+  }
+}
+
+void AsyncLLMEngine::apply_aborts(const std::vector<int64_t>& aborts, const std::string& reason,
+                                  const std::string& error) {
+  std::vector<Active*> ended;
+  for (int64_t id : aborts) {
+    auto it = active_.find(id);
+    if (it == active_.end()) continue;  // finished already
+    engine_.abort(it->second->seq_id);  // frees its blocks; false when it finished (freed too)
+    ended.push_back(it->second.get());
+  }
+  if (ended.empty()) return;
+  update_gauges();  // before the final events: a reader then sees the blocks freed
+  for (Active* a : ended) finish(*a, reason, error);
+}
+
+void AsyncLLMEngine::finish(Active& a, const std::string& reason, const std::string& error) {
+  RequestEvent e;
+  if (a.detokenizer) e.text = a.detokenizer->finish();
+  e.finished = true;
+  e.finish_reason = reason;
+  e.error = error;
+  e.num_prompt_tokens = a.num_prompt_tokens;
+  e.num_completion_tokens = a.num_completion_tokens;
+  {
+    std::lock_guard lock(metrics_mu_);
+    ++metrics_.request_success_total[reason];
+    metrics_.e2e_request_latency_seconds.observe(seconds(Clock::now() - a.arrival));
+  }
+  --num_unfinished_;  // before the final event: its reader sees the count without it
+  a.stream->push(std::move(e));
+  const int64_t id = a.request_id;
+  request_of_seq_.erase(a.seq_id);
+  active_.erase(id);  // destroys a
+}
+
+void AsyncLLMEngine::run_step() {
+  StepResult r;
+  try {
+    r = engine_.step();
+  } catch (const std::exception& e) {
+    // The step failed as a whole: end everything in flight with its message.
+    std::vector<int64_t> all;
+    for (const auto& [id, a] : active_) all.push_back(id);
+    {
+      std::lock_guard lock(metrics_mu_);
+      ++metrics_.num_step_errors;
+    }
+    apply_aborts(all, "error", fmt::format("engine step failed: {}", e.what()));
+    return;
+  }
+  update_gauges();
+  const auto now = Clock::now();
+  std::unordered_map<int64_t, RequestEvent> events;  // by request id
+  std::vector<int64_t> order;
+  int64_t new_prompt_tokens = 0;
+  std::vector<double> ttfts, itls;
+  for (size_t k = 0; k < r.new_tokens.size(); ++k) {
+    auto [seq_id, token] = r.new_tokens[k];
+    auto rit = request_of_seq_.find(seq_id);
+    if (rit == request_of_seq_.end()) continue;  // not ours
+    Active& a = *active_.at(rit->second);
+    auto [eit, inserted] = events.try_emplace(a.request_id);
+    if (inserted) order.push_back(a.request_id);
+    RequestEvent& e = eit->second;
+    e.token_ids.push_back(token);
+    if (a.logprobs && k < r.new_logprobs.size()) e.logprobs.push_back(r.new_logprobs[k]);
+    if (a.detokenizer) e.text += a.detokenizer->add(token);
+    if (a.num_completion_tokens == 0) {
+      ttfts.push_back(seconds(now - a.arrival));
+      new_prompt_tokens += a.num_prompt_tokens;
+    } else {
+      itls.push_back(seconds(now - a.last_token));
+    }
+    a.last_token = now;
+    ++a.num_completion_tokens;
+  }
+  {
+    std::lock_guard lock(metrics_mu_);
+    ++metrics_.num_steps;
+    metrics_.prompt_tokens_total += new_prompt_tokens;
+    metrics_.generation_tokens_total += int64_t(ttfts.size() + itls.size());
+    for (double v : ttfts) metrics_.time_to_first_token_seconds.observe(v);
+    for (double v : itls) metrics_.inter_token_latency_seconds.observe(v);
+  }
+  // Token events first, then the finished requests' final events (same order as the step).
+  for (int64_t id : order) {
+    Active& a = *active_.at(id);
+    RequestEvent& e = events[id];
+    e.num_prompt_tokens = a.num_prompt_tokens;
+    e.num_completion_tokens = a.num_completion_tokens;
+    a.stream->push(std::move(e));
+  }
+  for (const auto& seq : r.finished) {
+    auto rit = request_of_seq_.find(seq->seq_id);
+    if (rit == request_of_seq_.end()) continue;
+    finish(*active_.at(rit->second), finish_reason_name(seq->finish_reason), seq->error);
+  }
+  StepInfo info{int(r.finished.size()), r.num_prefill_tokens, r.num_decode_tokens};
+  std::function<void(const StepInfo&)> observer;
+  {
+    std::lock_guard lock(metrics_mu_);
+    observer = step_observer_;
+  }
+  if (observer) observer(info);
+}
+
+void AsyncLLMEngine::update_gauges() {
+  const Scheduler& s = engine_.scheduler();
+  const BlockManager& bm = s.block_manager();
+  int waiting_inbox;
+  {
+    std::lock_guard lock(mu_);
+    waiting_inbox = int(pending_adds_.size());
+  }
+  std::lock_guard lock(metrics_mu_);
+  metrics_.num_requests_running = int(s.num_running());
+  metrics_.num_requests_waiting = int(s.num_waiting()) + waiting_inbox;
+  metrics_.num_kv_blocks = bm.num_blocks();
+  metrics_.num_free_kv_blocks = bm.num_free_blocks();
+  metrics_.kv_cache_usage_perc =
+      bm.num_blocks() ? 1.0 - double(bm.num_free_blocks()) / bm.num_blocks() : 0.0;
+  metrics_.num_preemptions = s.num_preemptions();
+  metrics_.prefix_cache_queries = bm.num_prefix_queries();
+  metrics_.prefix_cache_hits = bm.num_prefix_hits();
+}
+
+}  // namespace nanovllm

@@ -1,0 +1,111 @@
+#pragma once
+// AsyncLLMEngine: an LLMEngine driven by its own thread (vLLM's AsyncLLMEngine).
+//
+// add_request() validates on the caller's thread (an invalid request throws nanovllm::Error and
+// nothing is queued) and returns a RequestStream whose events carry new token ids, the text they
+// completed (incremental detokenizer), logprobs when asked, usage, and at the end the finish
+// reason. Any thread may call abort(); the engine thread ends the request and frees its KV blocks
+// at the next step boundary, and its stream ends with finish_reason "abort".
+//
+// The engine thread sleeps while none of its requests is unfinished, and touches the LLMEngine
+// only while one is: callers may use the LLMEngine directly (LLMEngine is not thread-safe) only
+// while no request of this object is in flight. A step that throws ends every request in flight
+// with finish_reason "error" and the exception's message; the engine keeps serving new requests.
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/engine_metrics.h"
+#include "engine/llm_engine.h"
+#include "engine/request_stream.h"
+
+namespace nanovllm {
+
+struct RequestOptions {
+  bool detokenize = true;            // fill RequestEvent::text (needs the model's tokenizer)
+  bool skip_special_tokens = true;
+};
+
+// What one engine step did, for observers (progress bars, benchmarks).
+struct StepInfo {
+  int num_finished = 0;
+  int num_prefill_tokens = 0;
+  int num_decode_tokens = 0;
+};
+
+class AsyncLLMEngine {
+ public:
+  explicit AsyncLLMEngine(LLMEngine& engine);
+  ~AsyncLLMEngine();  // aborts what is in flight and joins the engine thread
+  AsyncLLMEngine(const AsyncLLMEngine&) = delete;
+  AsyncLLMEngine& operator=(const AsyncLLMEngine&) = delete;
+
+  // Throws Error for an invalid request (the engine and its other requests are unaffected).
+  std::shared_ptr<RequestStream> add_request(std::vector<int32_t> prompt, const SamplingParams& params,
+                                             const RequestOptions& options = {});
+  // Several requests handed to the engine together (in order, one step boundary). Validates all
+  // first: an invalid one throws "request i: ..." and none is queued.
+  std::vector<std::shared_ptr<RequestStream>> add_requests(
+      std::vector<std::vector<int32_t>> prompts, const std::vector<SamplingParams>& params,
+      const RequestOptions& options = {});
+  // Ends the request at the next step boundary (no-op when it already finished).
+  void abort(int64_t request_id);
+
+  // Called on the engine thread after every step (must be quick).
+  void set_step_observer(std::function<void(const StepInfo&)> observer);
+  // A consistent copy of the metrics.
+  EngineMetrics metrics() const;
+  // Requests added and not finished yet.
+  int num_unfinished() const { return num_unfinished_.load(); }
+  // Stops taking requests' steps: aborts all in flight and joins the thread. Idempotent.
+  void shutdown();
+
+  const LLMEngine& engine() const { return engine_; }
+
+ private:
+  struct Pending {
+    std::vector<int32_t> prompt;
+    SamplingParams params;
+    RequestOptions options;
+    std::shared_ptr<RequestStream> stream;
+    std::chrono::steady_clock::time_point arrival;
+  };
+  struct Active;
+
+  void loop();
+  void admit(std::vector<Pending>& adds);
+  void apply_aborts(const std::vector<int64_t>& aborts, const std::string& reason,
+                    const std::string& error);
+  void run_step();
+  void finish(Active& a, const std::string& reason, const std::string& error);
+  void update_gauges();
+
+  LLMEngine& engine_;
+  std::atomic<int64_t> next_request_id_{0};
+  std::atomic<int> num_unfinished_{0};
+
+  mutable std::mutex mu_;  // guards the inbox and stop_
+  std::condition_variable cv_;
+  std::vector<Pending> pending_adds_;
+  std::vector<int64_t> pending_aborts_;
+  bool stop_ = false;
+
+  mutable std::mutex metrics_mu_;
+  EngineMetrics metrics_;
+  std::function<void(const StepInfo&)> step_observer_;
+
+  // Engine thread only.
+  std::unordered_map<int64_t, std::unique_ptr<Active>> active_;  // by request id
+  std::unordered_map<int64_t, int64_t> request_of_seq_;            // seq id -> request id
+  std::thread thread_;
+};
+
+}  // namespace nanovllm

@@ -1,0 +1,62 @@
+#include "engine/request_stream.h"
+
+#include <utility>
+
+namespace nanovllm {
+
+std::optional<RequestEvent> RequestStream::next(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mu_);
+  cv_.wait_for(lock, timeout, [&] { return !queue_.empty() || finished_; });
+  if (queue_.empty()) return std::nullopt;
+  RequestEvent e = std::move(queue_.front());
+  queue_.pop_front();
+  return e;
+}
+
+std::optional<RequestEvent> RequestStream::try_next() {
+  std::lock_guard lock(mu_);
+  if (queue_.empty()) return std::nullopt;
+  RequestEvent e = std::move(queue_.front());
+  queue_.pop_front();
+  return e;
+}
+
+void RequestStream::set_notify(std::function<void()> notify) {
+  std::lock_guard lock(mu_);
+  notify_ = std::move(notify);
+}
+
+bool RequestStream::finished() const {
+  std::lock_guard lock(mu_);
+  return finished_;
+}
+
+void RequestStream::push(RequestEvent event) {
+  std::function<void()> notify;
+  {
+    std::lock_guard lock(mu_);
+    if (finished_) return;  // nothing follows the final event
+    finished_ = event.finished;
+    const bool was_empty = queue_.empty();
+    if (!was_empty && !queue_.back().finished) {
+      // Merge into the unread event: the reader sees the same tokens and text, in fewer pieces.
+      RequestEvent& last = queue_.back();
+      last.token_ids.insert(last.token_ids.end(), event.token_ids.begin(), event.token_ids.end());
+      last.text += event.text;
+      for (auto& lp : event.logprobs) last.logprobs.push_back(std::move(lp));
+      last.finished = event.finished;
+      last.finish_reason = std::move(event.finish_reason);
+      last.error = std::move(event.error);
+      last.stop_reason = std::move(event.stop_reason);
+      last.num_prompt_tokens = event.num_prompt_tokens;
+      last.num_completion_tokens = event.num_completion_tokens;
+    } else {
+      queue_.push_back(std::move(event));
+    }
+    if (was_empty) notify = notify_;
+  }
+  cv_.notify_all();
+  if (notify) notify();
+}
+
+}  // namespace nanovllm

@@ -1,0 +1,318 @@
+#include "server/api_server.h"
+
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <thread>
+
+#include "engine/async_llm_engine.h"
+#include "server/chat_page.h"
+#include "server/metrics_text.h"
+#include "server/serving_context.h"
+#include "util/check.h"
+
+namespace nanovllm::server {
+
+namespace {
+
+using Json = nlohmann::ordered_json;
+using Clock = std::chrono::steady_clock;
+
+std::string path_of(const HttpRequest& req) {
+  std::string_view t = req.target();
+  return std::string(t.substr(0, t.find('?')));
+}
+
+Json parse_body(const HttpRequest& req) {
+  Json j = Json::parse(req.body(), nullptr, false);
+  if (j.is_discarded()) bad_request("", "the body is not valid JSON (UTF-8)");
+  if (!j.is_object()) bad_request("", "the body must be a JSON object");
+  return j;
+}
+
+class ApiServer {
+ public:
+  explicit ApiServer(const ServerOptions& o)
+      : opts_(o), ioc_(1), acceptor_(ioc_), signals_(ioc_, SIGTERM, SIGINT), timer_(ioc_) {
+    ctx_.ioc = &ioc_;
+    ctx_.limits = o.limits;
+    ctx_.model_name = o.served_model_name.empty()
+                          ? std::filesystem::path(o.engine.model).lexically_normal().filename().string()
+                          : o.served_model_name;
+    if (ctx_.model_name.empty()) ctx_.model_name = o.engine.model;
+  }
+
+  ~ApiServer() {
+    if (loader_.joinable()) loader_.join();
+    if (async_) async_->shutdown();
+  }
+
+  int run() {
+    beast::error_code ec;
+    auto address = net::ip::make_address(opts_.host, ec);
+    if (ec) fail("--host '{}' is not an IP address", opts_.host);
+    if (opts_.port < 0 || opts_.port > 65535) fail("--port must be in [0, 65535], got {}", opts_.port);
+    tcp::endpoint endpoint(address, uint16_t(opts_.port));
+    acceptor_.open(endpoint.protocol());
+    acceptor_.set_option(net::socket_base::reuse_address(true));
+    acceptor_.bind(endpoint, ec);
+    if (ec) fail("cannot listen on {}:{}: {}", opts_.host, opts_.port, ec.message());
+    acceptor_.listen(net::socket_base::max_listen_connections);
+    std::printf("nanovllm: listening on http://%s:%d (model '%s' loading)\n", opts_.host.c_str(),
+                int(acceptor_.local_endpoint().port()), ctx_.model_name.c_str());
+    std::fflush(stdout);
+    signals_.async_wait([this](beast::error_code e, int) {
+      if (!e) begin_shutdown();
+    });
+    loader_ = std::thread([this] { load(); });
+    accept();
+    ioc_.run();
+    return exit_code_;
+  }
+
+ private:
+  void load() {
+    try {
+      auto engine = std::make_unique<LLMEngine>(opts_.engine);
+      engine->require_tokenizer();
+      try {
+        engine->chat_template();  // loaded now: later calls only read it
+      } catch (const Error& e) {
+        std::fprintf(stderr, "nanovllm: no chat template (%s); /v1/chat/completions will answer 400\n", e.what());
+      }
+      auto async = std::make_unique<AsyncLLMEngine>(*engine);
+      net::post(ioc_, [this, engine = std::move(engine), async = std::move(async)]() mutable {
+        engine_ = std::move(engine);
+        async_ = std::move(async);
+        ctx_.engine = engine_.get();
+        ctx_.async = async_.get();
+        std::printf("nanovllm: model '%s' loaded; ready\n", ctx_.model_name.c_str());
+        std::fflush(stdout);
+        if (ctx_.shutting_down) async_->shutdown();
+      });
+    } catch (const std::exception& e) {
+      std::string msg = e.what();
+      net::post(ioc_, [this, msg] {
+        std::fprintf(stderr, "error: %s\n", msg.c_str());
+        exit_code_ = 1;
+        ioc_.stop();
+      });
+    }
+  }
+
+  void accept() {
+    acceptor_.async_accept([this](beast::error_code ec, tcp::socket socket) {
+      if (ec) {
+        if (ctx_.shutting_down || ec == net::error::operation_aborted) return;
+        accept();  // e.g. too many open files: keep serving the others
+        return;
+      }
+      socket.set_option(tcp::no_delay(true), ec);
+      auto session = std::make_shared<HttpSession>(
+          std::move(socket), opts_.session,
+          [this](const std::shared_ptr<HttpSession>& s, HttpRequest&& req) { route(s, std::move(req)); },
+          [](int status, const std::string& message) {
+            const char* type = status == 413 ? "invalid_request_error" : "invalid_request_error";
+            return error_response(ApiError(status, type, message));
+          });
+      if (sessions_.size() > 64 && sessions_.size() > 2 * live_sessions_) prune_sessions();
+      sessions_.push_back(session);
+      ++live_sessions_;
+      session->start();
+      accept();
+    });
+  }
+
+  void prune_sessions() {
+    std::erase_if(sessions_, [](const std::weak_ptr<HttpSession>& w) { return w.expired(); });
+    live_sessions_ = sessions_.size();
+  }
+
+  void route(const std::shared_ptr<HttpSession>& s, HttpRequest&& req) {
+    try {
+      dispatch(s, req);
+    } catch (const ApiError& e) {
+      s->send(error_response(e));
+    } catch (const Error& e) {
+      s->send(error_response(ApiError(400, "invalid_request_error", e.what())));
+    } catch (const std::exception& e) {
+      s->send(error_response(ApiError(500, "internal_server_error", e.what())));
+    }
+  }
+
+  void dispatch(const std::shared_ptr<HttpSession>& s, const HttpRequest& req) {
+    const std::string path = path_of(req);
+    struct Route {
+      const char* path;
+      http::verb method;
+    };
+    static constexpr Route kRoutes[] = {
+        {"/", http::verb::get},           {"/health", http::verb::get},
+        {"/metrics", http::verb::get},    {"/v1/models", http::verb::get},
+        {"/v1/completions", http::verb::post}, {"/v1/chat/completions", http::verb::post},
+        {"/tokenize", http::verb::post},  {"/detokenize", http::verb::post},
+    };
+    const Route* route = nullptr;
+    for (const Route& r : kRoutes) {
+      if (path == r.path) route = &r;
+    }
+    if (!route) throw ApiError(404, "not_found_error", fmt::format("no route for {}", path), "", "not_found");
+    const bool head = req.method() == http::verb::head && route->method == http::verb::get;
+    if (req.method() != route->method && !head) {
+      ApiError e(405, "invalid_request_error",
+                 fmt::format("method {} is not allowed on {} (use {})", std::string(req.method_string()),
+                             path, std::string(http::to_string(route->method))), "", "method_not_allowed");
+      HttpResponse res = error_response(e);
+      res.set(http::field::allow, http::to_string(route->method));
+      s->send(std::move(res));
+      return;
+    }
+    if (path.rfind("/v1/", 0) == 0 && !opts_.api_key.empty()) {
+      auto it = req.find(http::field::authorization);
+      if (it == req.end() || it->value() != "Bearer " + opts_.api_key) {
+        throw ApiError(401, "authentication_error", "invalid or missing API key (Authorization: Bearer <key>)",
+                       "", "invalid_api_key");
+      }
+    }
+    if (route->method == http::verb::post) {
+      auto ct = req.find(http::field::content_type);
+      if (ct != req.end() && std::string_view(ct->value()).find("application/json") == std::string_view::npos) {
+        throw ApiError(415, "invalid_request_error",
+                       fmt::format("Content-Type must be application/json, got '{}'", std::string(ct->value())));
+      }
+    }
+    if (path == "/") {
+      HttpResponse res(http::status::ok, 11);
+      res.set(http::field::content_type, "text/html; charset=utf-8");
+      res.body() = std::string(chat_page_html());
+      s->send(std::move(res));
+      return;
+    }
+    if (path == "/metrics") {
+      HttpResponse res(http::status::ok, 11);
+      res.set(http::field::content_type, "text/plain; version=0.0.4; charset=utf-8");
+      res.body() = async_ ? render_metrics(async_->metrics(), ctx_.model_name) : "";
+      s->send(std::move(res));
+      return;
+    }
+    if (!async_) {
+      throw ApiError(503, "service_unavailable", "the model is still loading", "", "model_loading");
+    }
+    if (path == "/health") {
+      if (ctx_.shutting_down) throw ApiError(503, "service_unavailable", "the server is shutting down");
+      HttpResponse res(http::status::ok, 11);
+      res.set(http::field::content_type, "application/json");
+      res.body() = "{}";
+      s->send(std::move(res));
+      return;
+    }
+    if (path == "/v1/models") {
+      Json model = {{"id", ctx_.model_name}, {"object", "model"}, {"created", 0}, {"owned_by", "nanovllm"},
+                    {"root", opts_.engine.model}, {"parent", nullptr},
+                    {"max_model_len", engine_->config().max_model_len}};
+      s->send(json_response(http::status::ok, Json{{"object", "list"}, {"data", Json::array({model})}}));
+      return;
+    }
+    if (path == "/tokenize") return tokenize(s, req);
+    if (path == "/detokenize") return detokenize(s, req);
+    if (ctx_.shutting_down) throw ApiError(503, "service_unavailable", "the server is shutting down");
+    handle_generation(ctx_, s, req, path == "/v1/chat/completions");
+  }
+
+  void tokenize(const std::shared_ptr<HttpSession>& s, const HttpRequest& req) {
+    Json body = parse_body(req);
+    std::string text;
+    if (body.contains("messages")) {
+      Json chat = body;
+      OpenAIRequest r = parse_openai_request(chat.dump(), /*chat=*/true, ctx_.limits);
+      text = engine_->chat_template().render(r.messages, r.tools, r.add_generation_prompt, r.chat_template_kwargs);
+    } else if (body.contains("prompt") && body["prompt"].is_string()) {
+      text = body["prompt"].get<std::string>();
+    } else {
+      bad_request("prompt", "'prompt' (a string) or 'messages' is required");
+    }
+    std::vector<int32_t> ids = engine_->require_tokenizer().encode(text);
+    Json out = {{"count", ids.size()}, {"max_model_len", engine_->config().max_model_len}, {"tokens", ids}};
+    s->send(json_response(http::status::ok, out));
+  }
+
+  void detokenize(const std::shared_ptr<HttpSession>& s, const HttpRequest& req) {
+    Json body = parse_body(req);
+    if (!body.contains("tokens") || !body["tokens"].is_array()) bad_request("tokens", "'tokens' (an array of token ids) is required");
+    const Tokenizer& tok = engine_->require_tokenizer();
+    std::vector<int32_t> ids;
+    for (const Json& t : body["tokens"]) {
+      if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= tok.vocab_size()) {
+        bad_request("tokens", "'tokens' must hold token ids in [0, {})", tok.vocab_size());
+      }
+      ids.push_back(int32_t(t.get<int64_t>()));
+    }
+    s->send(json_response(http::status::ok, Json{{"prompt", tok.decode(ids)}}));
+  }
+
+  void begin_shutdown() {
+    if (ctx_.shutting_down) return;
+    ctx_.shutting_down = true;
+    std::printf("nanovllm: shutting down (grace %.1f s)\n", opts_.shutdown_grace_s);
+    std::fflush(stdout);
+    beast::error_code ec;
+    acceptor_.close(ec);
+    for (auto& w : sessions_) {
+      if (auto s = w.lock()) s->close_when_idle();
+    }
+    deadline_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                   std::chrono::duration<double>(opts_.shutdown_grace_s));
+    poll_shutdown();
+  }
+
+  void poll_shutdown() {
+    bool busy = ctx_.num_jobs > 0;
+    for (auto& w : sessions_) {
+      if (auto s = w.lock(); s && s->busy()) busy = true;
+    }
+    if (!busy && loader_done()) {
+      if (async_) async_->shutdown();
+      ioc_.stop();
+      return;
+    }
+    if (Clock::now() >= deadline_ && async_ && !aborted_) {
+      aborted_ = true;  // the grace period is over: abort what runs (each gets its final event)
+      async_->shutdown();
+      hard_deadline_ = Clock::now() + std::chrono::seconds(5);
+    }
+    if (aborted_ && Clock::now() >= hard_deadline_) {  // a client that never reads: give up
+      ioc_.stop();
+      return;
+    }
+    timer_.expires_after(std::chrono::milliseconds(20));
+    timer_.async_wait([this](beast::error_code ec) {
+      if (!ec) poll_shutdown();
+    });
+  }
+
+  bool loader_done() const { return async_ != nullptr || exit_code_ != 0; }
+
+  ServerOptions opts_;
+  net::io_context ioc_;
+  tcp::acceptor acceptor_;
+  net::signal_set signals_;
+  net::steady_timer timer_;
+  ServingContext ctx_;
+  std::unique_ptr<LLMEngine> engine_;
+  std::unique_ptr<AsyncLLMEngine> async_;
+  std::thread loader_;
+  std::vector<std::weak_ptr<HttpSession>> sessions_;
+  size_t live_sessions_ = 0;
+  Clock::time_point deadline_, hard_deadline_;
+  bool aborted_ = false;
+  int exit_code_ = 0;
+};
+
+}  // namespace
+
+int run_server(const ServerOptions& options) {
+  ApiServer server(options);
+  return server.run();
+}
+
+}  // namespace nanovllm::server

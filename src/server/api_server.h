@@ -1,0 +1,31 @@
+#pragma once
+// `nanovllm serve`: an OpenAI-compatible HTTP server over an AsyncLLMEngine (vLLM's api_server).
+//
+// One io thread (Boost.Asio) runs every connection; the engine runs on its own thread. The server
+// listens at once and loads the model in the background (/health answers 503 until it is loaded).
+// SIGTERM or SIGINT: stop accepting, let running requests finish for up to shutdown_grace_s, abort
+// the rest, answer them, exit 0.
+#include <string>
+
+#include "nanovllm/config.h"
+#include "server/http_session.h"
+#include "server/openai_request.h"
+
+namespace nanovllm::server {
+
+struct ServerOptions {
+  Config engine;
+  std::string host = "127.0.0.1";
+  int port = 8000;                 // 0: any free port (the one taken is printed)
+  std::string api_key;             // when set, /v1/* need "Authorization: Bearer <key>"
+  std::string served_model_name;   // default: the model folder's name
+  SessionOptions session;
+  RequestLimits limits;
+  double shutdown_grace_s = 10;
+};
+
+// Runs until SIGTERM / SIGINT; returns the process exit code (0 after a clean shutdown, 1 when the
+// model fails to load). Prints "nanovllm: listening on http://HOST:PORT" once bound.
+int run_server(const ServerOptions& options);
+
+}  // namespace nanovllm::server

@@ -1,0 +1,194 @@
+#include "server/http_session.h"
+
+#include <utility>
+
+namespace nanovllm::server {
+
+HttpSession::HttpSession(tcp::socket socket, const SessionOptions& options, RequestHandler handler,
+                         ParseErrorHandler on_parse_error)
+    : stream_(std::move(socket)),
+      options_(options),
+      handler_(std::move(handler)),
+      on_parse_error_(std::move(on_parse_error)) {}
+
+void HttpSession::start() { read_request(); }
+
+void HttpSession::read_request() {
+  parser_.emplace();
+  parser_->body_limit(options_.max_body_bytes);
+  parser_->header_limit(options_.max_header_bytes);
+  stream_.expires_after(std::chrono::seconds(options_.read_timeout_s));
+  http::async_read(stream_, buffer_, *parser_,
+                   [self = shared_from_this()](beast::error_code ec, size_t) { self->on_read(ec); });
+}
+
+void HttpSession::on_read(beast::error_code ec) {
+  if (ec) {
+    int status = 0;
+    std::string message;
+    if (ec == http::error::body_limit) {
+      status = 413;
+      message = "the request body is larger than the limit of " + std::to_string(options_.max_body_bytes) + " bytes";
+    } else if (ec == http::error::header_limit) {
+      status = 431;
+      message = "the request header is larger than the limit of " + std::to_string(options_.max_header_bytes) + " bytes";
+    } else if (ec.category() == beast::error_code(http::error::end_of_stream).category() && ec != http::error::end_of_stream) {
+      status = 400;
+      message = "malformed HTTP request: " + ec.message();
+    }
+    if (status == 0 || closing_) {  // the peer closed, timed out or reset: nothing to answer
+      beast::error_code ignored;
+      stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
+      stream_.socket().close(ignored);
+      return;
+    }
+    busy_ = true;
+    keep_alive_ = false;
+    closing_ = true;
+    stream_.expires_after(std::chrono::seconds(options_.read_timeout_s));
+    send(on_parse_error_(status, message));
+    return;
+  }
+  busy_ = true;
+  stream_.expires_never();
+  HttpRequest req = parser_->release();
+  version_ = req.version();
+  keep_alive_ = req.keep_alive();
+  watch_peer();
+  handler_(shared_from_this(), std::move(req));
+}
+
+void HttpSession::watch_peer() {
+  if (watching_ || disconnected_) return;
+  watching_ = true;
+  stream_.socket().async_wait(tcp::socket::wait_read, [self = shared_from_this()](beast::error_code ec) {
+    self->watching_ = false;
+    if (ec == net::error::operation_aborted || !self->busy_ || self->disconnected_) return;
+    beast::error_code aec;
+    size_t available = self->stream_.socket().available(aec);
+    if (ec || aec || available == 0) {  // readable with nothing to read: the peer closed
+      self->fail_connection();
+    }
+    // Bytes arrived while busy (a pipelined request): stop watching; a failed write still tells.
+  });
+}
+
+void HttpSession::on_disconnect(std::function<void()> hook) {
+  if (disconnected_) {
+    if (hook) hook();
+    return;
+  }
+  on_disconnect_ = std::move(hook);
+}
+
+void HttpSession::send(HttpResponse response) {
+  if (disconnected_) return;
+  response.version(version_);
+  response.keep_alive(keep_alive_ && !closing_);
+  response.prepare_payload();
+  Out o{Out::RESPONSE, std::make_shared<HttpResponse>(std::move(response)), nullptr, nullptr, {}};
+  out_.push_back(std::move(o));
+  write_next();
+}
+
+void HttpSession::start_stream(http::status status, const std::string& content_type) {
+  if (disconnected_) return;
+  auto header = std::make_shared<http::response<http::empty_body>>(status, version_);
+  header->set(http::field::content_type, content_type);
+  header->set(http::field::cache_control, "no-cache");
+  header->keep_alive(keep_alive_ && !closing_);
+  header->chunked(true);
+  auto serializer = std::make_shared<http::response_serializer<http::empty_body>>(*header);
+  out_.push_back(Out{Out::HEADER, nullptr, header, serializer, {}});
+  write_next();
+}
+
+void HttpSession::write_chunk(std::string data) {
+  if (disconnected_ || data.empty()) return;
+  const bool back_in_flight = writing_ && out_.size() == 1;
+  if (!out_.empty() && !back_in_flight && out_.back().kind == Out::CHUNK) {
+    out_.back().data += data;  // coalesce what a slow socket has not taken yet
+  } else {
+    out_.push_back(Out{Out::CHUNK, nullptr, nullptr, nullptr, std::move(data)});
+  }
+  write_next();
+}
+
+void HttpSession::end_stream() {
+  if (disconnected_) return;
+  out_.push_back(Out{Out::LAST_CHUNK, nullptr, nullptr, nullptr, {}});
+  write_next();
+}
+
+void HttpSession::write_next() {
+  if (writing_ || out_.empty() || disconnected_) return;
+  writing_ = true;
+  Out& o = out_.front();
+  auto self = shared_from_this();
+  switch (o.kind) {
+    case Out::RESPONSE:
+      http::async_write(stream_, *o.response,
+                        [self](beast::error_code ec, size_t) { self->on_written(ec, true); });
+      break;
+    case Out::HEADER:
+      http::async_write_header(stream_, *o.serializer,
+                               [self](beast::error_code ec, size_t) { self->on_written(ec, false); });
+      break;
+    case Out::CHUNK:
+      net::async_write(stream_, http::make_chunk(net::buffer(o.data)),
+                       [self](beast::error_code ec, size_t) { self->on_written(ec, false); });
+      break;
+    case Out::LAST_CHUNK:
+      net::async_write(stream_, http::make_chunk_last(),
+                       [self](beast::error_code ec, size_t) { self->on_written(ec, true); });
+      break;
+  }
+}
+
+void HttpSession::on_written(beast::error_code ec, bool last) {
+  writing_ = false;
+  if (!out_.empty()) out_.pop_front();
+  if (ec) {
+    fail_connection();
+    return;
+  }
+  if (last) {
+    finish_request();
+    return;
+  }
+  write_next();
+}
+
+void HttpSession::fail_connection() {
+  if (disconnected_) return;
+  disconnected_ = true;
+  out_.clear();
+  beast::error_code ignored;
+  stream_.socket().close(ignored);
+  busy_ = false;
+  if (auto hook = std::exchange(on_disconnect_, nullptr)) hook();
+}
+
+void HttpSession::finish_request() {
+  busy_ = false;
+  on_disconnect_ = nullptr;
+  beast::error_code ignored;
+  if (watching_) stream_.socket().cancel(ignored);  // nothing else is pending now
+  if (closing_ || !keep_alive_) {
+    stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+    stream_.socket().close(ignored);
+    return;
+  }
+  read_request();
+}
+
+void HttpSession::close_when_idle() {
+  closing_ = true;
+  if (!busy_) {
+    beast::error_code ignored;
+    stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
+    stream_.socket().close(ignored);
+  }
+}
+
+}  // namespace nanovllm::server

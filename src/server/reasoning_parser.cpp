@@ -1,0 +1,60 @@
+#include "server/reasoning_parser.h"
+
+#include "server/tag_scanner.h"
+
+namespace nanovllm::server {
+
+namespace {
+constexpr std::string_view kOpen = "<think>";
+constexpr std::string_view kClose = "</think>";
+}  // namespace
+
+ReasoningDelta ReasoningParser::add(const std::string& delta) {
+  pending_ += delta;
+  return drain(false);
+}
+
+ReasoningDelta ReasoningParser::finish() { return drain(true); }
+
+ReasoningDelta ReasoningParser::parse(const std::string& text, bool starts_in_reasoning) {
+  ReasoningParser p(starts_in_reasoning);
+  ReasoningDelta a = p.add(text), b = p.finish();
+  return {a.reasoning + b.reasoning, a.content + b.content};
+}
+
+ReasoningDelta ReasoningParser::drain(bool final_chunk) {
+  ReasoningDelta out;
+  for (;;) {
+    if (state_ == State::START) {
+      // Undecided: leading whitespace, then maybe "<think>"; a "</think>" anywhere also decides.
+      size_t first = pending_.find_first_not_of(" \t\r\n");
+      std::string_view rest = first == std::string::npos ? "" : std::string_view(pending_).substr(first);
+      if (rest.substr(0, kOpen.size()) == kOpen) {
+        pending_.erase(0, first + kOpen.size());
+        state_ = State::REASONING;
+        continue;
+      }
+      if (!final_chunk && (rest.empty() || kOpen.substr(0, rest.size()) == rest)) return out;
+      state_ = State::CONTENT;  // no "<think>": all content
+      continue;
+    }
+    if (state_ == State::REASONING) {
+      size_t close = pending_.find(kClose);
+      if (close != std::string::npos) {
+        out.reasoning += pending_.substr(0, close);
+        pending_.erase(0, close + kClose.size());
+        state_ = State::CONTENT;
+        continue;
+      }
+      size_t keep = final_chunk ? 0 : partial_tag_suffix(pending_, kClose);
+      out.reasoning += pending_.substr(0, pending_.size() - keep);
+      pending_.erase(0, pending_.size() - keep);
+      return out;
+    }
+    out.content += pending_;
+    pending_.clear();
+    return out;
+  }
+}
+
+}  // namespace nanovllm::server

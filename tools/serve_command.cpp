@@ -1,0 +1,25 @@
+// `nanovllm serve`: the OpenAI-compatible server (src/server/api_server.h).
+#include "server/api_server.h"
+#include "tools/commands.h"
+
+namespace nanovllm::cli {
+
+void add_serve(CLI::App& app, Commands& commands) {
+  auto* cmd = app.add_subcommand("serve", "serve the OpenAI API (completions, chat) over HTTP");
+  auto o = std::make_shared<server::ServerOptions>();
+  o->engine.show_progress = false;
+  add_engine_flags(*cmd, o->engine);
+  cmd->add_option("--host", o->host, "address to listen on (default 127.0.0.1)");
+  cmd->add_option("--port", o->port, "port (default 8000; 0: any free port, printed)")->check(CLI::Range(0, 65535));
+  cmd->add_option("--api-key", o->api_key, "require 'Authorization: Bearer KEY' on /v1/*");
+  cmd->add_option("--served-model-name", o->served_model_name, "model name in the API (default: the folder's name)");
+  cmd->add_option("--max-body-bytes", o->session.max_body_bytes, "largest request body (default 4 MiB)")
+      ->check(CLI::Range(uint64_t(1), uint64_t(1) << 32));
+  cmd->add_option("--shutdown-grace", o->shutdown_grace_s,
+                  "seconds running requests may finish after SIGTERM before they are aborted (default 10)")
+      ->check(CLI::Range(0.0, 3600.0));
+  cmd->add_option("--max-n", o->limits.max_n, "largest n (samples per request)")->check(CLI::Range(1, 1024));
+  on_run(cmd, commands, [o] { return server::run_server(*o); });
+}
+
+}  // namespace nanovllm::cli
