@@ -23,6 +23,7 @@ void add_engine_flags(CLI::App& cmd, Config& config);
 void add_make_model(CLI::App& app, Commands& commands);
 void add_generate(CLI::App& app, Commands& commands);
 void add_bench(CLI::App& app, Commands& commands);
+void add_bench_comm(CLI::App& app, Commands& commands);
 void add_bench_serve(CLI::App& app, Commands& commands);
 void add_serve(CLI::App& app, Commands& commands);
 void add_chat(CLI::App& app, Commands& commands);

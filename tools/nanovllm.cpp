@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   nanovllm::cli::add_make_model(app, commands);
   nanovllm::cli::add_generate(app, commands);
   nanovllm::cli::add_bench(app, commands);
+  nanovllm::cli::add_bench_comm(app, commands);
   nanovllm::cli::add_bench_serve(app, commands);
   nanovllm::cli::add_serve(app, commands);
   nanovllm::cli::add_chat(app, commands);
