@@ -1,3 +1,4 @@
+#include "tools/cli_options.h"
 #include "tools/commands.h"
 
 namespace nanovllm::cli {
@@ -8,9 +9,12 @@ void add_engine_flags(CLI::App& cmd, Config& c) {
   cmd.add_option("--max-num-batched-tokens", c.max_num_batched_tokens, "token budget of one step");
   cmd.add_option("--max-model-len", c.max_model_len, "prompt + output tokens at most");
   cmd.add_option("--block-size", c.block_size, "tokens per KV cache block");
-  cmd.add_option("--kv-cache-memory", c.kv_cache_memory, "KV cache bytes (0: device default)");
+  add_size_option(cmd, "--kv-cache-memory", c.kv_cache_memory, "KV cache size (0: device default)");
   cmd.add_flag("--no-prefix-cache{false}", c.enable_prefix_caching, "disable prefix caching");
   cmd.add_option("--device", c.device, "cpu or cuda");
+  cmd.add_option("--gpu-memory-utilization", c.gpu_memory_utilization,
+                 "CUDA: share of the GPU's memory the engine may use (weights, activations, KV)");
+  cmd.add_flag("--enforce-eager", c.enforce_eager, "CUDA: no graphs, every step launched eagerly");
   cmd.add_option("--threads", c.num_threads, "CPU threads (0: all cores)");
 }
 

@@ -88,6 +88,19 @@ class Backend {
   // cache.k/v[slot_mapping[t]] = k[t] / v[t]; slot -1 writes nothing.
   // k, v: act [T, Hkv, D] (strided rows).
   virtual void store_kv(Tensor k, Tensor v, const LayerKVCache& cache, const ForwardBatch& batch) = 0;
+  // The attention layer's prologue in one call: q and k rms-normed (q_norm / k_norm: bf16 [D], or
+  // nullptr for none) and rotated (rope) in place, then store_kv(k, v). CUDA fuses it into one
+  // launch; this default runs the separate ops, with the same result.
+  virtual void qk_norm_rope_store_kv(Tensor q, Tensor k, Tensor v, const Tensor* q_norm,
+                                     const Tensor* k_norm, float eps, Tensor positions,
+                                     Tensor cos_sin, const LayerKVCache& cache,
+                                     const ForwardBatch& batch) {
+    if (q_norm) rms_norm(q, q, *q_norm, eps);
+    if (k_norm) rms_norm(k, k, *k_norm, eps);
+    rope(q, positions, cos_sin);
+    rope(k, positions, cos_sin);
+    store_kv(k, v, cache, batch);
+  }
   // Causal attention of each sequence's new tokens over its whole context, read from the paged
   // cache (the new tokens' k/v are already stored): query i of seq b sits at position
   // context_len_b - seqlen_q_b + i and attends to keys [0, that position].

@@ -3,6 +3,9 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_backend.h"
+#if defined(NANOVLLM_WITH_CUDA)
+#include "backend/cuda/cuda_backend.h"
+#endif
 
 namespace nanovllm {
 
@@ -14,9 +17,10 @@ std::unique_ptr<Backend> make_backend(const BackendOptions& options) {
   }
   if (options.device == "cuda") {
 #if defined(NANOVLLM_WITH_CUDA)
-#error "the CUDA backend is not wired into the registry yet"
+    return std::make_unique<cuda::CudaBackend>(options.device_index);
 #else
-    fail("device 'cuda' is not available: nanovllm was built without CUDA");
+    fail("no CUDA device: nanovllm was built without CUDA (configure with -DNANOVLLM_CUDA=ON "
+         "where nvcc is installed)");
 #endif
   }
   fail("unknown device '{}' (expected 'cpu' or 'cuda')", options.device);

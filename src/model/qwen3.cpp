@@ -108,13 +108,11 @@ void Qwen3Model::attention(int layer, const ForwardBatch& batch, const LayerKVCa
   Tensor k = qkv.slice_last(hq * D, (hq + hkv) * D).unflatten_last(hkv);    // [T, Hkv, D]
   Tensor v = qkv.slice_last((hq + hkv) * D, (hq + 2 * hkv) * D).unflatten_last(hkv);
   const float eps = float(config_.rms_norm_eps);
-  if (l.q_norm.data) {
-    backend_.rms_norm(q, q, l.q_norm, eps);
-    backend_.rms_norm(k, k, l.k_norm, eps);
-  }
-  backend_.rope(q, batch.positions, cos_sin_);
-  backend_.rope(k, batch.positions, cos_sin_);
-  backend_.store_kv(k, v, cache, batch);
+  // q/k-norm (Qwen3) + RoPE + store_kv: one launch on CUDA, the separate ops elsewhere.
+  const bool qk_norm = l.q_norm.data != nullptr;
+  backend_.qk_norm_rope_store_kv(q, k, v, qk_norm ? &l.q_norm : nullptr,
+                                 qk_norm ? &l.k_norm : nullptr, eps, batch.positions, cos_sin_,
+                                 cache, batch);
 
   Tensor out = attn_out_.slice_rows(0, T);  // [T, Hq D]
   Tensor out3 = out.unflatten_last(hq);      // [T, Hq, D]

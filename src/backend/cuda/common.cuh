@@ -1,0 +1,101 @@
+#pragma once
+// Device helpers shared by the kernels: warp reductions and 16-byte bf16 loads/stores.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/device_math.h"
+
+namespace nanovllm::cuda {
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// Sum over aligned groups of `width` lanes (width a power of 2 <= 32).
+template <int width>
+__device__ __forceinline__ float group_sum(float v) {
+#pragma unroll
+  for (int o = width / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// 8 bf16 (16 bytes, aligned) <-> 8 f32.
+__device__ __forceinline__ void load8(const uint16_t* p, float* f) {
+  const uint4 u = *reinterpret_cast<const uint4*>(p);
+  const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    f[2 * i] = bits_f32(w[i] << 16);
+    f[2 * i + 1] = bits_f32(w[i] & 0xffff0000u);
+  }
+}
+
+__device__ __forceinline__ uint4 load8_raw(const uint16_t* p) {
+  return *reinterpret_cast<const uint4*>(p);
+}
+
+__device__ __forceinline__ void unpack8(uint4 u, float* f) {
+  const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    f[2 * i] = bits_f32(w[i] << 16);
+    f[2 * i + 1] = bits_f32(w[i] & 0xffff0000u);
+  }
+}
+
+__device__ __forceinline__ void store8(uint16_t* p, const float* f) {
+  uint32_t w[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+    w[i] = uint32_t(f32_to_bf16_bits(f[2 * i])) | (uint32_t(f32_to_bf16_bits(f[2 * i + 1])) << 16);
+  *reinterpret_cast<uint4*>(p) = make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+__device__ __forceinline__ float ld_bf16(const uint16_t* p) { return bf16_bits_to_f32(*p); }
+__device__ __forceinline__ void st_bf16(uint16_t* p, float f) { *p = f32_to_bf16_bits(f); }
+
+__device__ __forceinline__ bool aligned16(const void* p) {
+  return (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
+}
+
+// dst[0, n) = src[0, n) by the threads of a CTA (16-byte chunks when both allow).
+__device__ __forceinline__ void copy_row_u16(uint16_t* dst, const uint16_t* src, int64_t n) {
+  if (aligned16(dst) && aligned16(src) && n % 8 == 0) {
+    for (int64_t i = threadIdx.x; i < n / 8; i += blockDim.x)
+      reinterpret_cast<uint4*>(dst)[i] = reinterpret_cast<const uint4*>(src)[i];
+  } else {
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) dst[i] = src[i];
+  }
+}
+
+// Sum of squares of a row of d bf16 values, lane's share (callers warp_sum it): 8-element chunks
+// when `vec`, else lane-strided elements. RMSNorm and the fused q/k-norm use this one order.
+__device__ __forceinline__ float row_sum_squares(const uint16_t* x, int64_t d, bool vec, int lane) {
+  float ss = 0.0f;
+  if (vec) {
+    for (int64_t i = lane * 8; i < d; i += 32 * 8) {
+      float f[8];
+      load8(x + i, f);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) ss += f[e] * f[e];
+    }
+  } else {
+    for (int64_t i = lane; i < d; i += 32) {
+      const float f = ld_bf16(x + i);
+      ss += f * f;
+    }
+  }
+  return ss;
+}
+
+}  // namespace nanovllm::cuda

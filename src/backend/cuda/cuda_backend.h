@@ -1,0 +1,80 @@
+#pragma once
+// CudaBackend: the Backend ops on one NVIDIA GPU. Activations bf16, logits f32, weights and the
+// KV cache bf16 (row-major weights: cuBLASLt and the GEMV read them as they are). All work is
+// enqueued on the backend's one stream; metadata is read from ForwardBatch's device tensors
+// (so a captured graph replays with whatever the runner refilled), and from ForwardBatch::host
+// only for launch sizes of eager steps (prefill) and the sampler's choice of path. Kernels live
+// in one .cu per op family (see kernels.h); every CUDA call is checked (cuda_check.h).
+//
+// KV cache layout (per layer, k and v alike): [num_blocks, block_size, Hkv, D] bf16, as the CPU.
+#include <cuda_runtime_api.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "backend/backend.h"
+#include "backend/cuda/gemm.h"
+
+namespace nanovllm::cpu {
+class CpuBackend;
+}
+
+namespace nanovllm::cuda {
+
+class CudaBackend : public Backend {
+ public:
+  // Throws Error("no CUDA device: ...") when there is no usable GPU with that index.
+  explicit CudaBackend(int device_index = 0);
+  ~CudaBackend() override;
+
+  DeviceKind device() const override { return DeviceKind::CUDA; }
+  std::string describe() const override { return description_; }
+  DType activation_dtype() const override { return DType::BF16; }
+  cudaStream_t stream() const { return stream_; }
+
+  Buffer alloc(size_t bytes) override;
+  void upload(Tensor dst, const void* host) override;
+  void download(void* host, Tensor src) override;
+  void copy(Tensor dst, Tensor src) override;
+  void fill_zero(Tensor dst) override;
+  void synchronize() override;
+
+  LinearWeight make_linear_weight(Tensor w_host) override;
+
+  void embedding(Tensor out, Tensor ids, const LinearWeight& table) override;
+  void linear(Tensor out, Tensor x, const LinearWeight& w, const Tensor* bias) override;
+  void rms_norm(Tensor out, Tensor x, Tensor weight, float eps) override;
+  void add_rms_norm(Tensor x, Tensor residual, Tensor weight, float eps) override;
+  void rope(Tensor x, Tensor positions, Tensor cos_sin) override;
+  void silu_and_mul(Tensor out, Tensor x) override;
+  void store_kv(Tensor k, Tensor v, const LayerKVCache& cache, const ForwardBatch& batch) override;
+  void qk_norm_rope_store_kv(Tensor q, Tensor k, Tensor v, const Tensor* q_norm,
+                             const Tensor* k_norm, float eps, Tensor positions, Tensor cos_sin,
+                             const LayerKVCache& cache, const ForwardBatch& batch) override;
+  void attention_prefill(Tensor out, Tensor q, const LayerKVCache& cache, const ForwardBatch& batch,
+                         float scale) override;
+  void attention_decode(Tensor out, Tensor q, const LayerKVCache& cache, const ForwardBatch& batch,
+                        float scale) override;
+  void gather_rows(Tensor out, Tensor x, Tensor indices) override;
+  void sample(Tensor out, Tensor logits, const ForwardBatch& batch) override;
+
+  DeviceMemory memory_info() const override;
+  std::unique_ptr<DeviceGraph> capture_graph(const std::function<void()>& record) override;
+
+  // Whether the device sampler serves this batch (else the host sampler does).
+  static bool device_sampler_serves(const HostBatch& host, int64_t vocab);
+
+ private:
+  bool capturing() const;
+  float* decode_workspace(size_t floats);  // grows outside graph capture only
+
+  int device_ = 0;
+  cudaStream_t stream_ = nullptr;
+  std::string description_;
+  std::unique_ptr<LtGemm> gemm_;
+  Buffer decode_ws_;
+  std::unique_ptr<cpu::CpuBackend> host_sampler_;  // min_p / top-k / top-p / processed logits
+};
+
+}  // namespace nanovllm::cuda

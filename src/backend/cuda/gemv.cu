@@ -1,0 +1,98 @@
+// bf16 GEMV for small M (1..16 rows, decode): cuBLASLt is far from bandwidth there. One warp
+// per output feature n: each lane streams 16-byte chunks of w[n] (4 in flight), multiplies them
+// with the same chunk of every x row (read through L1: all warps of a CTA share them), then the
+// warp sums each row. Row m's result is the same for every M: same lanes, same order.
+#include "backend/cuda/common.cuh"
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/launch.h"
+
+namespace nanovllm::cuda {
+
+namespace {
+
+constexpr int kUnroll = 4;
+
+template <int MT, bool kF32Out>
+__global__ void __launch_bounds__(kGemvWarps * 32)
+    gemv_kernel(void* out, int64_t out_stride, const uint16_t* __restrict__ x, int64_t x_stride,
+                const uint16_t* __restrict__ w, const uint16_t* __restrict__ bias, int m, int64_t n,
+                int64_t k) {
+  const int64_t col = int64_t(blockIdx.x) * kGemvWarps + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (col >= n) return;
+  const uint16_t* wr = w + col * k;
+  float acc[MT];
+#pragma unroll
+  for (int r = 0; r < MT; ++r) acc[r] = 0.0f;
+  const int64_t chunks = k / 8;
+  for (int64_t c0 = lane; c0 < chunks; c0 += 32 * kUnroll) {
+    uint4 wv[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t c = c0 + u * 32;
+      wv[u] = c < chunks ? __ldg(reinterpret_cast<const uint4*>(wr) + c) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t c = c0 + u * 32;
+      if (c >= chunks) break;
+      float wf[8];
+      unpack8(wv[u], wf);
+#pragma unroll
+      for (int r = 0; r < MT; ++r) {
+        if (r < m) {
+          float xf[8];
+          unpack8(__ldg(reinterpret_cast<const uint4*>(x + r * x_stride) + c), xf);
+          float s = 0.0f;
+#pragma unroll
+          for (int e = 0; e < 8; ++e) s += wf[e] * xf[e];
+          acc[r] += s;
+        }
+      }
+    }
+  }
+  const float b = bias ? ld_bf16(bias + col) : 0.0f;
+#pragma unroll
+  for (int r = 0; r < MT; ++r) {
+    const float v = warp_sum(acc[r]) + b;
+    if (lane == 0 && r < m) {
+      if constexpr (kF32Out) {
+        static_cast<float*>(out)[r * out_stride + col] = v;
+      } else {
+        st_bf16(static_cast<uint16_t*>(out) + r * out_stride + col, v);
+      }
+    }
+  }
+}
+
+template <int MT>
+void launch_mt(void* out, bool out_f32, int64_t out_stride, const uint16_t* x, int64_t x_stride,
+               const uint16_t* w, const uint16_t* bias, int64_t m, int64_t n, int64_t k,
+               cudaStream_t stream) {
+  const unsigned grid = unsigned((n + kGemvWarps - 1) / kGemvWarps);
+  if (out_f32) {
+    gemv_kernel<MT, true><<<grid, kGemvWarps * 32, 0, stream>>>(out, out_stride, x, x_stride, w,
+                                                                bias, int(m), n, k);
+  } else {
+    gemv_kernel<MT, false><<<grid, kGemvWarps * 32, 0, stream>>>(out, out_stride, x, x_stride, w,
+                                                                 bias, int(m), n, k);
+  }
+}
+
+}  // namespace
+
+void launch_gemv(void* out, bool out_f32, int64_t out_stride, const uint16_t* x, int64_t x_stride,
+                 const uint16_t* w, const uint16_t* bias, int64_t m, int64_t n, int64_t k,
+                 cudaStream_t stream) {
+  if (m == 0 || n == 0) return;
+  switch (gemv_m_tile(m)) {
+    case 1: launch_mt<1>(out, out_f32, out_stride, x, x_stride, w, bias, m, n, k, stream); break;
+    case 2: launch_mt<2>(out, out_f32, out_stride, x, x_stride, w, bias, m, n, k, stream); break;
+    case 4: launch_mt<4>(out, out_f32, out_stride, x, x_stride, w, bias, m, n, k, stream); break;
+    case 8: launch_mt<8>(out, out_f32, out_stride, x, x_stride, w, bias, m, n, k, stream); break;
+    default: launch_mt<16>(out, out_f32, out_stride, x, x_stride, w, bias, m, n, k, stream); break;
+  }
+  NV_CUDA_CHECK("linear (gemv)", cudaGetLastError());
+}
+
+}  // namespace nanovllm::cuda

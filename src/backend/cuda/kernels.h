@@ -1,0 +1,96 @@
+#pragma once
+// Host launchers of the CUDA kernels (one .cu per op family). Raw pointers and element strides;
+// bf16 is passed as uint16_t bits. Each launcher enqueues on `stream` and checks the launch with
+// NV_CUDA_CHECK naming its op. CudaBackend (cuda_backend.cpp) validates shapes before calling.
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace nanovllm::cuda {
+
+// A 2-D or 3-D activation viewed as rows of d contiguous elements: row r sits at
+// (r / inner) * stride0 + (r % inner) * stride1 (inner = 1 and stride1 = 0 for 2-D).
+struct Rows {
+  void* data = nullptr;
+  int64_t rows = 0;
+  int64_t inner = 1;
+  int64_t stride0 = 0;
+  int64_t stride1 = 0;
+};
+
+// The paged KV cache of one layer plus the block tables of the batch.
+struct PagedKV {
+  const uint16_t* k = nullptr;  // [num_blocks, block_size, hkv, d] bf16
+  const uint16_t* v = nullptr;
+  int32_t block_size = 0;
+  int32_t hkv = 0;
+  int32_t d = 0;
+  const int32_t* block_tables = nullptr;  // [num_seqs, table_stride]
+  int64_t table_stride = 0;
+};
+
+// embedding.cu
+// out[t] = table[ids[t]] (an id outside [0, vocab) writes a NaN row).
+void launch_embedding(uint16_t* out, int64_t out_stride, const int32_t* ids, int64_t tokens,
+                      const uint16_t* table, int64_t vocab, int64_t hidden, cudaStream_t stream);
+// out[b] = x[idx[b]] for rows of row_bytes bytes (even); strides in bytes.
+void launch_gather_rows(void* out, int64_t out_stride_bytes, const void* x,
+                        int64_t x_stride_bytes, int64_t x_rows, const int32_t* idx, int64_t n,
+                        int64_t row_bytes, cudaStream_t stream);
+// out[t, :] += bias (out bf16 or f32 [rows, n]).
+void launch_add_bias(void* out, bool out_f32, int64_t out_stride, const uint16_t* bias,
+                     int64_t rows, int64_t n, cudaStream_t stream);
+
+// norm.cu
+void launch_rms_norm(Rows out, Rows x, const uint16_t* weight, int64_t d, float eps,
+                     cudaStream_t stream);
+// residual = x + residual; x = rms_norm(residual) * weight   (rows of d, given strides)
+void launch_add_rms_norm(uint16_t* x, int64_t x_stride, uint16_t* residual, int64_t r_stride,
+                         int64_t rows, const uint16_t* weight, int64_t d, float eps,
+                         cudaStream_t stream);
+
+// rope.cu
+// x: [tokens, heads, d] as Rows (inner = heads); cos_sin f32 [max_pos, d].
+void launch_rope(Rows x, const int32_t* positions, const float* cos_sin, int64_t max_pos,
+                 int64_t d, cudaStream_t stream);
+// Fused: q, k rms-normed (when q_norm / k_norm are given) and rotated in place, then k and v
+// stored at slot_mapping (slot -1: nothing). q: [T, hq, d], k, v: [T, hkv, d] (Rows).
+void launch_qk_norm_rope_store(Rows q, Rows k, Rows v, const uint16_t* q_norm,
+                               const uint16_t* k_norm, float eps, const int32_t* positions,
+                               const float* cos_sin, int64_t max_pos, int64_t d,
+                               const int32_t* slot_mapping, uint16_t* k_cache, uint16_t* v_cache,
+                               int64_t num_slots, cudaStream_t stream);
+
+// activation.cu: out = silu(x[:, :n]) * x[:, n:]
+void launch_silu_and_mul(uint16_t* out, int64_t out_stride, const uint16_t* x, int64_t x_stride,
+                         int64_t tokens, int64_t n, cudaStream_t stream);
+
+// kv_cache.cu: cache[slot_mapping[t]] = k[t], v[t]; slot -1 (or outside the cache) skipped.
+void launch_store_kv(Rows k, Rows v, int64_t d, const int32_t* slot_mapping, uint16_t* k_cache,
+                     uint16_t* v_cache, int64_t num_slots, cudaStream_t stream);
+
+// attention_prefill.cu: out [T, hq, d] contiguous; q [T, hq, d] (Rows, inner = hq).
+void launch_attention_prefill(uint16_t* out, Rows q, int32_t hq, PagedKV kv,
+                              const int32_t* cu_seqlens_q, const int32_t* context_lens,
+                              int32_t num_seqs, int32_t max_seqlen_q, float scale,
+                              cudaStream_t stream);
+
+// attention_decode.cu: out [B, hq, d] contiguous; q [B, hq, d] (Rows, inner = hq).
+// partials: f32 workspace of decode_partials_floats(B, hq, d, num_partitions) floats.
+int64_t decode_partials_floats(int64_t num_seqs, int64_t hq, int64_t d, int num_partitions);
+void launch_attention_decode(uint16_t* out, Rows q, int32_t hq, PagedKV kv,
+                             const int32_t* context_lens, int32_t num_seqs, int num_partitions,
+                             float scale, float* partials, cudaStream_t stream);
+
+// gemv.cu: out[m, n] = sum_k x[m, k] w[n, k] (+ bias[n]); m <= kGemvMaxM (launch.h).
+void launch_gemv(void* out, bool out_f32, int64_t out_stride, const uint16_t* x, int64_t x_stride,
+                 const uint16_t* w, const uint16_t* bias, int64_t m, int64_t n, int64_t k,
+                 cudaStream_t stream);
+
+// sampler.cu: greedy (temperature 0) or the exponential race over the whole vocabulary, the rule
+// of runtime/sampling_rng.h without min_p / top-k / top-p / logit processing.
+void launch_sample(int32_t* out, const float* logits, int64_t logits_stride, int64_t num_seqs,
+                   int64_t vocab, const float* temperatures, const int64_t* seeds,
+                   const int64_t* offsets, cudaStream_t stream);
+
+}  // namespace nanovllm::cuda

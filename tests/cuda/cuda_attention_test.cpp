@@ -1,0 +1,246 @@
+// The CUDA paged-KV ops against the fp32 reference: store_kv (slot -1 skipped), the fused
+// q/k-norm + RoPE + store_kv (equal to the separate ops bit for bit), prefill attention (varlen,
+// prefix-cached context, GQA, odd lengths) and split-K decode attention (multi-partition
+// contexts, batch invariance). Unused cache blocks and padded block-table columns hold NaN, so
+// any read outside a sequence's keys shows. Needs a GPU (label cuda).
+#include <algorithm>
+#include <array>
+#include <numeric>
+
+#include "cuda/cuda_fixture.h"
+#include "runtime/forward_batch.h"
+
+namespace nanovllm {
+namespace {
+
+using test::expect_close_scaled;
+using test::random_bf16;
+using ref::Vec;
+
+struct SeqSpec {
+  int64_t seqlen_q;  // new tokens
+  int64_t context;   // cached + new
+};
+
+class CudaAttention : public test::CudaTest {
+ protected:
+  // Paged case: sequences over shuffled blocks (3 spare blocks and one -1 column of padding),
+  // the unused blocks NaN; host K/V per sequence for the reference; q inside a qkv buffer.
+  struct Case {
+    int64_t hq, hkv, d, bs, num_blocks = 0, tokens = 0;
+    std::vector<SeqSpec> seqs;
+    std::vector<Vec> k, v;  // per seq [context, hkv, d]
+    Vec qkv;                // [T, (hq + 2 hkv) d]
+    HostBatch host;
+    ForwardBatch batch;
+    LayerKVCache cache;
+    Tensor qkv_t;
+    Tensor q() const { return qkv_t.slice_last(0, hq * d).unflatten_last(hq); }
+    Vec reference(float scale) const {
+      Vec out;
+      int64_t row = 0;
+      const int64_t width = (hq + 2 * hkv) * d;
+      for (size_t b = 0; b < seqs.size(); ++b) {
+        Vec qb;
+        for (int64_t i = 0; i < seqs[b].seqlen_q; ++i, ++row)
+          qb.insert(qb.end(), qkv.begin() + row * width, qkv.begin() + row * width + hq * d);
+        Vec o = ref::attention(qb, k[b], v[b], seqs[b].seqlen_q, seqs[b].context, hq, hkv, d, scale);
+        out.insert(out.end(), o.begin(), o.end());
+      }
+      return out;
+    }
+  };
+
+  std::unique_ptr<Case> make_case(int64_t hq, int64_t hkv, int64_t d, int64_t bs,
+                                  std::vector<SeqSpec> specs, bool prefill) {
+    auto c = std::make_unique<Case>();
+    c->hq = hq, c->hkv = hkv, c->d = d, c->bs = bs, c->seqs = std::move(specs);
+    int64_t max_blocks = 0;
+    for (const auto& s : c->seqs) {
+      c->num_blocks += (s.context + bs - 1) / bs;
+      max_blocks = std::max(max_blocks, (s.context + bs - 1) / bs);
+      c->tokens += s.seqlen_q;
+    }
+    c->num_blocks += 3;
+    std::vector<int32_t> perm(static_cast<size_t>(c->num_blocks));
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    const size_t elems = size_t(c->num_blocks * bs * hkv * d);
+    std::vector<uint16_t> kc(elems, 0xffff), vc(elems, 0xffff);  // NaN
+    HostBatch& h = c->host;
+    h.is_prefill = prefill;
+    h.max_num_blocks = int(max_blocks + 1);
+    h.cu_seqlens_q = {0};
+    h.cu_seqlens_k = {0};
+    size_t next = 0;
+    for (const auto& s : c->seqs) {
+      std::vector<int32_t> table(size_t(h.max_num_blocks), -1);
+      for (int64_t b = 0; b < (s.context + bs - 1) / bs; ++b) table[size_t(b)] = perm[next++];
+      h.block_tables.insert(h.block_tables.end(), table.begin(), table.end());
+      Vec ks = random_bf16(rng, size_t(s.context * hkv * d)), vs = random_bf16(rng, size_t(s.context * hkv * d));
+      for (int64_t j = 0; j < s.context; ++j) {
+        const int64_t slot = table[size_t(j / bs)] * bs + j % bs;
+        for (int64_t e = 0; e < hkv * d; ++e) {
+          kc[size_t(slot * hkv * d + e)] = f32_to_bf16(ks[size_t(j * hkv * d + e)]);
+          vc[size_t(slot * hkv * d + e)] = f32_to_bf16(vs[size_t(j * hkv * d + e)]);
+        }
+        if (j >= s.context - s.seqlen_q) {
+          h.slot_mapping.push_back(int32_t(slot));
+          h.positions.push_back(int32_t(j));
+        }
+      }
+      c->k.push_back(ks);
+      c->v.push_back(vs);
+      h.cu_seqlens_q.push_back(h.cu_seqlens_q.back() + int32_t(s.seqlen_q));
+      h.cu_seqlens_k.push_back(h.cu_seqlens_k.back() + int32_t(s.context));
+      h.context_lens.push_back(int32_t(s.context));
+      h.last_token_indices.push_back(h.cu_seqlens_q.back() - 1);
+      h.max_seqlen_q = std::max<int>(h.max_seqlen_q, int(s.seqlen_q));
+      h.max_seqlen_k = std::max<int>(h.max_seqlen_k, int(s.context));
+    }
+    const int64_t B = int64_t(c->seqs.size());
+    ForwardBatch& fb = c->batch;
+    fb.host = &h;
+    fb.is_prefill = prefill;
+    fb.num_seqs = int(B);
+    fb.num_tokens = int(c->tokens);
+    fb.max_seqlen_q = h.max_seqlen_q;
+    fb.max_seqlen_k = h.max_seqlen_k;
+    fb.slot_mapping = ints(h.slot_mapping, DType::I32);
+    fb.positions = ints(h.positions, DType::I32);
+    fb.cu_seqlens_q = ints(h.cu_seqlens_q, DType::I32);
+    fb.context_lens = ints(h.context_lens, DType::I32);
+    Tensor bt = alloc(DType::I32, {B, h.max_num_blocks});
+    be->upload(bt, h.block_tables.data());
+    fb.block_tables = bt;
+    const std::initializer_list<int64_t> shape = {c->num_blocks, bs, hkv, d};
+    c->cache.k = alloc(DType::BF16, shape);
+    c->cache.v = alloc(DType::BF16, shape);
+    be->upload(c->cache.k, kc.data());
+    be->upload(c->cache.v, vc.data());
+    c->qkv = random_bf16(rng, size_t(c->tokens * (hq + 2 * hkv) * d), -3.0f, 3.0f);
+    c->qkv_t = bf16(c->qkv, {c->tokens, (hq + 2 * hkv) * d});
+    return c;
+  }
+};
+
+TEST_F(CudaAttention, Prefill) {
+  struct Shape { int64_t hq, hkv, d, bs; };
+  for (Shape s : {Shape{4, 2, 32, 16}, Shape{4, 4, 16, 16}, Shape{16, 8, 128, 256},
+                  Shape{6, 2, 64, 16}, Shape{8, 1, 128, 32}}) {
+    auto c = make_case(s.hq, s.hkv, s.d, s.bs,
+                       {{1, 1}, {37, 37}, {5, 70}, {90, 200}, {3, 3}}, /*prefill=*/true);
+    const float scale = 1.0f / std::sqrt(float(s.d));
+    Tensor out = poisoned(DType::BF16, {c->tokens, s.hq, s.d});
+    be->attention_prefill(out, c->q(), c->cache, c->batch, scale);
+    expect_close_scaled(get(out), c->reference(scale), 2e-2, "attention_prefill");
+  }
+}
+
+TEST_F(CudaAttention, DecodeSplitKAndBatchInvariance) {
+  struct Shape { int64_t hq, hkv, d, bs; };
+  for (Shape s : {Shape{4, 2, 32, 16}, Shape{4, 2, 16, 16}, Shape{16, 8, 128, 256},
+                  Shape{12, 4, 64, 16}, Shape{8, 8, 256, 32}}) {
+    std::vector<SeqSpec> specs;
+    for (int64_t ctx : {1, 255, 256, 257, 700, 33, 1100}) specs.push_back({1, ctx});
+    auto c = make_case(s.hq, s.hkv, s.d, s.bs, specs, /*prefill=*/false);
+    const float scale = 1.0f / std::sqrt(float(s.d));
+    Tensor out = poisoned(DType::BF16, {c->tokens, s.hq, s.d});
+    be->attention_decode(out, c->q(), c->cache, c->batch, scale);
+    Vec all = get(out);
+    expect_close_scaled(all, c->reference(scale), 2e-2, "attention_decode");
+
+    // Sequence 4 (700 keys, 3 partitions) alone: the same bits as inside the batch.
+    ForwardBatch one = c->batch;
+    one.num_seqs = 1;
+    one.num_tokens = 1;
+    const int64_t w = c->host.max_num_blocks, row_elems = s.hq * s.d;
+    one.context_lens = c->batch.context_lens.slice_rows(4, 5);
+    one.block_tables = c->batch.block_tables.slice_rows(4, 5);
+    Tensor q1 = c->q().slice_rows(4, 5);
+    Tensor out1 = poisoned(DType::BF16, {1, s.hq, s.d});
+    be->attention_decode(out1, q1, c->cache, one, scale);
+    Vec alone = get(out1);
+    EXPECT_TRUE(std::equal(alone.begin(), alone.end(), all.begin() + 4 * row_elems))
+        << "decode output of a sequence depends on its batch (table width " << w << ")";
+  }
+}
+
+TEST_F(CudaAttention, StoreKvSkipsSlotMinusOne) {
+  const int64_t hkv = 2, d = 32, bs = 16, blocks = 4, T = 6;
+  const int64_t width = (4 + 2 * hkv) * d;
+  Vec qkv = random_bf16(rng, size_t(T * width));
+  Tensor buf = bf16(qkv, {T, width});
+  Tensor k = buf.slice_last(4 * d, (4 + hkv) * d).unflatten_last(hkv);
+  Tensor v = buf.slice_last((4 + hkv) * d, width).unflatten_last(hkv);
+  std::vector<int32_t> slots = {5, -1, 63, 0, -1, 17};
+  HostBatch h;
+  h.slot_mapping = slots;
+  ForwardBatch fb;
+  fb.host = &h;
+  fb.num_tokens = int(T);
+  fb.slot_mapping = ints(slots, DType::I32);
+  LayerKVCache cache{poisoned(DType::BF16, {blocks, bs, hkv, d}), poisoned(DType::BF16, {blocks, bs, hkv, d})};
+  be->store_kv(k, v, cache, fb);
+  Vec kc = get(cache.k), vc = get(cache.v);
+  std::vector<bool> written(size_t(blocks * bs), false);
+  for (int64_t t = 0; t < T; ++t) {
+    if (slots[size_t(t)] < 0) continue;
+    written[size_t(slots[size_t(t)])] = true;
+    for (int64_t e = 0; e < hkv * d; ++e) {
+      ASSERT_EQ(kc[size_t(slots[size_t(t)] * hkv * d + e)], qkv[size_t(t * width + 4 * d + e)]);
+      ASSERT_EQ(vc[size_t(slots[size_t(t)] * hkv * d + e)], qkv[size_t(t * width + (4 + hkv) * d + e)]);
+    }
+  }
+  for (int64_t s = 0; s < blocks * bs; ++s) {
+    if (!written[size_t(s)]) {
+      ASSERT_TRUE(std::isnan(kc[size_t(s * hkv * d)])) << "slot " << s << " written";
+    }
+  }
+}
+
+// The fused prologue equals rms_norm + rope + store_kv bit for bit (q, k in place and the cache).
+TEST_F(CudaAttention, FusedQkNormRopeStoreEqualsSeparateOps) {
+  for (bool with_norm : {true, false}) {
+    auto a = make_case(4, 2, 32, 16, {{5, 9}, {1, 40}, {3, 3}}, true);
+    const int64_t d = 32, max_pos = 64;
+    Vec cs = ref::rope_cos_sin(max_pos, d, 1e6);
+    Tensor cos_sin = f32(cs, {max_pos, d});
+    Tensor qn = bf16(random_bf16(rng, size_t(d)), {d}), kn = bf16(random_bf16(rng, size_t(d)), {d});
+    // Two copies of the same qkv and cache.
+    Tensor qkv2 = alloc(DType::BF16, {a->tokens, (4 + 4) * d});
+    be->copy(qkv2, a->qkv_t);
+    LayerKVCache cache2{alloc(DType::BF16, {a->num_blocks, 16, 2, d}), alloc(DType::BF16, {a->num_blocks, 16, 2, d})};
+    be->copy(cache2.k, a->cache.k);
+    be->copy(cache2.v, a->cache.v);
+    auto split = [&](Tensor t) {
+      return std::array<Tensor, 3>{t.slice_last(0, 4 * d).unflatten_last(4),
+                                   t.slice_last(4 * d, 6 * d).unflatten_last(2),
+                                   t.slice_last(6 * d, 8 * d).unflatten_last(2)};
+    };
+    auto [q1, k1, v1] = split(a->qkv_t);
+    auto [q2, k2, v2] = split(qkv2);
+    if (with_norm) {
+      be->rms_norm(q1, q1, qn, 1e-6f);
+      be->rms_norm(k1, k1, kn, 1e-6f);
+    }
+    be->rope(q1, a->batch.positions, cos_sin);
+    be->rope(k1, a->batch.positions, cos_sin);
+    be->store_kv(k1, v1, a->cache, a->batch);
+    be->qk_norm_rope_store_kv(q2, k2, v2, with_norm ? &qn : nullptr, with_norm ? &kn : nullptr,
+                              1e-6f, a->batch.positions, cos_sin, cache2, a->batch);
+    auto same = [&](const Tensor& x, const Tensor& y, const char* what) {
+      Vec vx = get(x), vy = get(y);
+      ASSERT_EQ(vx.size(), vy.size());
+      for (size_t i = 0; i < vx.size(); ++i)
+        ASSERT_TRUE(vx[i] == vy[i] || (std::isnan(vx[i]) && std::isnan(vy[i])))
+            << what << "[" << i << "] " << vx[i] << " vs " << vy[i];
+    };
+    same(a->qkv_t, qkv2, "qkv");
+    same(a->cache.k, cache2.k, "k cache");
+    same(a->cache.v, cache2.v, "v cache");
+  }
+}
+
+}  // namespace
+}  // namespace nanovllm

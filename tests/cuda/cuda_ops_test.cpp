@@ -1,0 +1,225 @@
+// The CUDA backend's row ops, linear (GEMV and cuBLASLt), sampler and graphs against the fp32
+// reference (tests/reference/ops_reference.h): random inputs, odd sizes, strided views,
+// NaN-poisoned outputs. Needs a GPU (label cuda); fails with a message without one.
+#include <algorithm>
+#include <cstdint>
+
+#include "cuda/cuda_fixture.h"
+#include "runtime/forward_batch.h"
+
+namespace nanovllm {
+namespace {
+
+using test::CudaTest;
+using test::expect_close_scaled;
+using test::random_bf16;
+using ref::Vec;
+
+class CudaOps : public CudaTest {};
+
+TEST_F(CudaOps, DescribesTheDeviceAndItsMemory) {
+  EXPECT_EQ(be->device(), DeviceKind::CUDA);
+  EXPECT_EQ(be->activation_dtype(), DType::BF16);
+  EXPECT_NE(be->describe().find("cuda"), std::string::npos) << be->describe();
+  const DeviceMemory m = be->memory_info();
+  EXPECT_GT(m.total_bytes, int64_t(1) << 30);
+  EXPECT_GT(m.free_bytes, 0);
+  EXPECT_LE(m.free_bytes, m.total_bytes);
+}
+
+TEST_F(CudaOps, EmbeddingAndGatherRowsCopyExactly) {
+  for (int64_t hidden : {24, 64, 13 * 2}) {
+    const int64_t vocab = 37, T = 9;
+    Vec table = random_bf16(rng, size_t(vocab * hidden));
+    std::vector<uint16_t> host(table.size());
+    for (size_t i = 0; i < table.size(); ++i) host[i] = f32_to_bf16(table[i]);
+    LinearWeight w = be->make_linear_weight(Tensor::contiguous(host.data(), DType::BF16, {vocab, hidden}));
+    std::vector<int32_t> ids(T);
+    for (auto& id : ids) id = int32_t(rng() % vocab);
+    Tensor out = poisoned(DType::BF16, {T, hidden});
+    be->embedding(out, ints(ids, DType::I32), w);
+    expect_close_scaled(get(out), ref::embedding(ids, table, hidden), 0.0, "embedding");
+
+    std::vector<int32_t> idx = {8, 0, 3, 3};
+    Tensor g = poisoned(DType::BF16, {4, hidden});
+    be->gather_rows(g, out, ints(idx, DType::I32));
+    expect_close_scaled(get(g), ref::gather_rows(get(out), idx, hidden), 0.0, "gather_rows");
+  }
+}
+
+// out = x @ w^T (+ bias) for M on both paths (GEMV: 1..16, cuBLASLt: more), bf16 and f32 out,
+// x a strided view; and a row's GEMV result does not depend on M.
+TEST_F(CudaOps, LinearMatchesReference) {
+  struct Shape { int64_t n, k; };
+  for (Shape s : {Shape{40, 64}, Shape{72, 136}, Shape{33, 24}, Shape{1000, 512}}) {
+    Vec wv = random_bf16(rng, size_t(s.n * s.k));
+    std::vector<uint16_t> wh(wv.size());
+    for (size_t i = 0; i < wv.size(); ++i) wh[i] = f32_to_bf16(wv[i]);
+    LinearWeight w = be->make_linear_weight(Tensor::contiguous(wh.data(), DType::BF16, {s.n, s.k}));
+    Vec bias = random_bf16(rng, size_t(s.n));
+    Tensor bias_t = bf16(bias, {s.n});
+    for (int64_t m : {1, 3, 16, 17, 45}) {
+      const int64_t width = s.k + 8;  // x is the first k columns of a wider buffer
+      Vec xw = random_bf16(rng, size_t(m * width));
+      Tensor xbuf = bf16(xw, {m, width});
+      Tensor x = xbuf.slice_last(0, s.k);
+      Vec xv;
+      for (int64_t r = 0; r < m; ++r) xv.insert(xv.end(), xw.begin() + r * width, xw.begin() + r * width + s.k);
+      for (bool f32_out : {false, true}) {
+        for (bool with_bias : {false, true}) {
+          Tensor out = poisoned(f32_out ? DType::F32 : DType::BF16, {m, s.n});
+          be->linear(out, x, w, with_bias ? &bias_t : nullptr);
+          expect_close_scaled(get(out), ref::linear(xv, wv, with_bias ? bias : Vec{}, m, s.n, s.k),
+                              f32_out ? 1e-3 : 1e-2, "linear");
+        }
+      }
+    }
+    // GEMV batch invariance: rows of M = 3 equal the first 3 rows of M = 16 bit for bit.
+    Vec x16 = random_bf16(rng, size_t(16 * s.k));
+    Tensor xt = bf16(x16, {16, s.k});
+    Tensor o16 = poisoned(DType::F32, {16, s.n}), o3 = poisoned(DType::F32, {3, s.n});
+    be->linear(o16, xt, w, nullptr);
+    be->linear(o3, xt.slice_rows(0, 3), w, nullptr);
+    Vec a = get(o16), b = get(o3);
+    EXPECT_TRUE(std::equal(b.begin(), b.end(), a.begin())) << "GEMV rows depend on M";
+  }
+}
+
+TEST_F(CudaOps, RmsNormAndAddRmsNorm) {
+  const float eps = 1e-6f;
+  for (int64_t d : {72, 1024, 20}) {
+    const int64_t rows = 7;
+    Vec x = random_bf16(rng, size_t(rows * d), -2.0f, 2.0f), w = random_bf16(rng, size_t(d));
+    Tensor xt = bf16(x, {rows, d}), wt = bf16(w, {d});
+    Tensor out = poisoned(DType::BF16, {rows, d});
+    be->rms_norm(out, xt, wt, eps);
+    expect_close_scaled(get(out), ref::rms_norm(x, w, rows, d, eps), 1e-2, "rms_norm");
+
+    Vec r = random_bf16(rng, size_t(rows * d), -2.0f, 2.0f);
+    Tensor rt = bf16(r, {rows, d});
+    be->add_rms_norm(xt, rt, wt, eps);
+    Vec want_x = x, want_r = r;
+    ref::add_rms_norm(want_x, want_r, w, rows, d, eps);
+    expect_close_scaled(get(rt), want_r, 1e-2, "add_rms_norm residual");
+    expect_close_scaled(get(xt), want_x, 2e-2, "add_rms_norm x");
+  }
+  // 3-D strided, in place: the q heads of a qkv row.
+  const int64_t T = 5, hq = 4, hkv = 2, d = 32, width = (hq + 2 * hkv) * d;
+  Vec qkv = random_bf16(rng, size_t(T * width));
+  Tensor buf = bf16(qkv, {T, width});
+  Tensor q = buf.slice_last(0, hq * d).unflatten_last(hq);
+  Vec w = random_bf16(rng, size_t(d));
+  be->rms_norm(q, q, bf16(w, {d}), eps);
+  Vec got = get(buf), want_q, got_q;
+  for (int64_t t = 0; t < T; ++t) {
+    want_q.insert(want_q.end(), qkv.begin() + t * width, qkv.begin() + t * width + hq * d);
+    got_q.insert(got_q.end(), got.begin() + t * width, got.begin() + t * width + hq * d);
+  }
+  expect_close_scaled(got_q, ref::rms_norm(want_q, w, T * hq, d, eps), 1e-2, "rms_norm 3-D");
+  for (int64_t t = 0; t < T; ++t)  // k and v untouched
+    for (int64_t c = hq * d; c < width; ++c) ASSERT_EQ(got[size_t(t * width + c)], qkv[size_t(t * width + c)]);
+}
+
+TEST_F(CudaOps, RopeAndSiluAndMul) {
+  const int64_t T = 6, heads = 3, d = 64, max_pos = 100;
+  Vec x = random_bf16(rng, size_t(T * heads * d));
+  std::vector<int32_t> pos(T);
+  for (auto& p : pos) p = int32_t(rng() % max_pos);
+  Vec cs = ref::rope_cos_sin(max_pos, d, 1e6);
+  Tensor xt = bf16(x, {T, heads, d});
+  be->rope(xt, ints(pos, DType::I32), f32(cs, {max_pos, d}));
+  Vec want = x;
+  ref::rope(want, pos, cs, heads, d);
+  expect_close_scaled(get(xt), want, 1e-2, "rope");
+
+  for (int64_t n : {40, 13}) {
+    Vec g = random_bf16(rng, size_t(T * 2 * n), -4.0f, 4.0f);
+    Tensor out = poisoned(DType::BF16, {T, n});
+    be->silu_and_mul(out, bf16(g, {T, 2 * n}));
+    expect_close_scaled(get(out), ref::silu_and_mul(g, T, n), 1e-2, "silu_and_mul");
+  }
+}
+
+// Device sampler (greedy, temperature) and host path (top-k / top-p) against ref::sample.
+TEST_F(CudaOps, SampleMatchesReference) {
+  const int64_t B = 24, V = 1000;
+  Vec logits = test::random_vec(rng, size_t(B * V), -5.0f, 5.0f);
+  logits[size_t(3 * V + 17)] = logits[size_t(3 * V + 400)] = 9.0f;  // a greedy tie: lowest index
+  for (bool host_path : {false, true}) {
+    HostBatch h;
+    for (int64_t b = 0; b < B; ++b) {
+      h.temperatures.push_back(b % 4 == 0 ? 0.0f : 0.3f + 0.1f * float(b % 7));
+      h.top_k.push_back(host_path && b % 2 ? 20 : 0);
+      h.top_p.push_back(host_path && b % 3 == 1 ? 0.8f : 1.0f);
+      h.seeds.push_back(uint64_t(1000 + b));
+      h.sample_offsets.push_back(int64_t(7 * b));
+    }
+    h.cu_seqlens_q.assign(size_t(B + 1), 0);
+    ForwardBatch fb;
+    fb.host = &h;
+    fb.num_seqs = int(B);
+    fb.temperatures = f32(h.temperatures, {B});
+    fb.seeds = ints(h.seeds, DType::I64);
+    fb.sample_offsets = ints(h.sample_offsets, DType::I64);
+    fb.top_k = ints(h.top_k, DType::I32);
+    fb.top_p = f32(h.top_p, {B});
+    Tensor out = poisoned(DType::I32, {B});
+    be->sample(out, f32(logits, {B, V}), fb);
+    std::vector<int32_t> got = get_i32(out);
+    for (int64_t b = 0; b < B; ++b) {
+      Vec row(logits.begin() + b * V, logits.begin() + (b + 1) * V);
+      EXPECT_EQ(got[size_t(b)], ref::sample(row, h.temperatures[size_t(b)], h.top_k[size_t(b)],
+                                            h.top_p[size_t(b)], h.seeds[size_t(b)],
+                                            h.sample_offsets[size_t(b)]))
+          << "row " << b << (host_path ? " (host path)" : " (device)");
+    }
+    EXPECT_EQ(got[3], 17);
+  }
+}
+
+// A captured graph replays the recorded ops on the buffers' new contents, equal to eager.
+TEST_F(CudaOps, GraphReplayEqualsEager) {
+  const int64_t m = 4, k = 64, n = 48;
+  Vec wv = random_bf16(rng, size_t(n * k));
+  std::vector<uint16_t> wh(wv.size());
+  for (size_t i = 0; i < wv.size(); ++i) wh[i] = f32_to_bf16(wv[i]);
+  LinearWeight w = be->make_linear_weight(Tensor::contiguous(wh.data(), DType::BF16, {n, k}));
+  Tensor norm_w = bf16(random_bf16(rng, size_t(k)), {k});
+  Tensor x = alloc(DType::BF16, {m, k}), h = alloc(DType::BF16, {m, k});
+  Tensor y = alloc(DType::F32, {m, n});
+  auto record = [&] {
+    be->rms_norm(h, x, norm_w, 1e-6f);
+    be->linear(y, h, w, nullptr);
+  };
+  std::vector<uint16_t> xin(static_cast<size_t>(m * k));
+  for (auto& v : xin) v = f32_to_bf16(test::random_vec(rng, 1)[0]);
+  be->upload(x, xin.data());
+  record();  // warm-up: cuBLASLt plans and workspaces before capture
+  std::unique_ptr<DeviceGraph> g = be->capture_graph(record);
+  ASSERT_NE(g, nullptr);
+  for (int round = 0; round < 3; ++round) {
+    for (auto& v : xin) v = f32_to_bf16(test::random_vec(rng, 1)[0]);
+    be->upload(x, xin.data());
+    record();
+    Vec eager = get(y);
+    be->upload(y, Vec(size_t(m * n), -7.0f).data());
+    g->replay();
+    Vec replayed = get(y);
+    EXPECT_EQ(replayed, eager) << "round " << round;
+  }
+}
+
+TEST_F(CudaOps, RegistryErrorsAreClear) {
+  BackendOptions o;
+  o.device = "cuda";
+  o.device_index = 99;
+  try {
+    make_backend(o);
+    FAIL() << "device 99 accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no CUDA device"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace nanovllm
