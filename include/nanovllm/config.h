@@ -12,7 +12,8 @@ struct Config {
   int max_model_len = 4096;             // prompt + output; clamped to max_position_embeddings
   int block_size = 256;                 // tokens per KV block
   int64_t kv_cache_memory = 0;          // KV cache bytes; 0 = the device's default
-                                        // (CPU: min(4 GiB, 1/4 of free memory))
+                                        // (CPU: min(4 GiB, half of MemAvailable after
+                                        // the buffers); CUDA: gpu_memory_utilization)
   bool enable_prefix_caching = true;
   std::string device = "cpu";           // "cpu" | "cuda"
   float gpu_memory_utilization = 0.9f;  // CUDA: share of the GPU's memory the engine may use

@@ -1,30 +1,62 @@
 #include "engine/model_runner.h"
 
-#include <unistd.h>
-
 #include <algorithm>
-#include <cstring>
+#include <string>
 
+#include "engine/sampling_batch_fill.h"
 #include "model/safetensors.h"
 #include "model/weights.h"
 
 namespace nanovllm {
 
-int64_t default_cpu_kv_cache_bytes() {
-  int64_t pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-  int64_t quarter = pages > 0 && page > 0 ? pages * page / 4 : (int64_t(1) << 30);
-  return std::min<int64_t>(int64_t(4) << 30, quarter);
+namespace {
+
+Tensor carve(char*& cursor, DType dtype, std::initializer_list<int64_t> shape, DeviceKind device) {
+  Tensor t = Tensor::contiguous(cursor, dtype, shape, device);
+  cursor += (t.nbytes() + 63) / 64 * 64;
+  return t;
 }
 
-ModelRunner::ModelRunner(const Config& config, const ModelConfig& model_config, Backend& backend)
-    : config_(config), model_config_(model_config), backend_(backend) {
+// Uploads the first host.size() elements of `fixed` (a 1-D or 2-D fixed buffer) and returns the
+// view of them: the same address every step.
+template <typename T>
+Tensor upload_rows(Backend& backend, Tensor fixed, const std::vector<T>& host, int64_t rows) {
+  Tensor view = fixed.slice_rows(0, rows);
+  NV_CHECK(view.numel() == int64_t(host.size()), "metadata {} for {} values", view.describe(),
+           host.size());
+  if (!host.empty()) backend.upload(view, host.data());
+  return view;
+}
+
+constexpr int64_t kCpuKvCap = int64_t(4) << 30;
+
+}  // namespace
+
+int64_t default_kv_cache_bytes(DeviceKind device, const DeviceMemory& memory,
+                               float gpu_memory_utilization, int64_t reserved) {
+  if (device == DeviceKind::CPU) {
+    const int64_t available = memory.free_bytes - reserved;
+    return available <= 0 ? 0 : std::min(kCpuKvCap, available / 2);
+  }
+  const int64_t used = memory.total_bytes - memory.free_bytes;
+  return std::max<int64_t>(0, int64_t(double(memory.total_bytes) * gpu_memory_utilization) - used);
+}
+
+ModelRunner::ModelRunner(const Config& config, const ModelConfig& model_config, Backend& backend,
+                         const RunnerOptions& options)
+    : config_(config), model_config_(model_config), backend_(backend), options_(options) {
   Checkpoint checkpoint(config.model);
   model_ = std::make_unique<Qwen3Model>(model_config, load_weights(checkpoint, model_config, backend),
                                         backend, config.max_model_len);
-  int64_t budget = config.kv_cache_memory;
-  if (budget <= 0) budget = default_cpu_kv_cache_bytes();
-  allocate_kv_cache(budget);
-  sampled_buf_ = backend.alloc(sizeof(int32_t) * size_t(config.max_num_seqs));
+  max_tokens_ = std::max(config.max_num_batched_tokens, config.max_num_seqs);
+  max_num_blocks_per_seq_ = (config.max_model_len + config.block_size - 1) / config.block_size + 1;
+  model_->reserve(max_tokens_, config.max_num_seqs);
+  allocate_metadata();
+  buckets_ = nanovllm::graph_buckets(config.max_num_seqs);
+  pad_decode_ = options.pad_decode.value_or(false);
+  if (options.warmup.value_or(backend.device() != DeviceKind::CPU)) warmup_model();
+  allocate_kv_cache();
+  if (!config.enforce_eager) capture_graphs();
 }
 
 size_t ModelRunner::kv_block_bytes() const {
@@ -32,36 +64,57 @@ size_t ModelRunner::kv_block_bytes() const {
          size_t(model_config_.num_key_value_heads) * size_t(model_config_.head_dim) * 2;
 }
 
-void ModelRunner::allocate_kv_cache(int64_t budget_bytes) {
-  num_blocks_ = int(std::min<int64_t>(budget_bytes / int64_t(kv_block_bytes()), 1 << 30));
-  if (num_blocks_ < 1) {
-    fail("kv_cache_memory {} bytes holds no KV block ({} bytes each with block_size {})",
-         budget_bytes, kv_block_bytes(), config_.block_size);
-  }
-  kv_cache_buf_ = backend_.alloc(kv_block_bytes() * size_t(num_blocks_));
-  const int64_t L = model_config_.num_hidden_layers, N = num_blocks_, S = config_.block_size;
-  const int64_t Hkv = model_config_.num_key_value_heads, D = model_config_.head_dim;
-  const size_t per_layer = size_t(N * S * Hkv * D) * 2;  // bytes of k (or v) of one layer
-  char* base = static_cast<char*>(kv_cache_buf_.data());
-  for (int64_t l = 0; l < L; ++l) {
-    LayerKVCache c;
-    c.k = Tensor::contiguous(base + size_t(l) * per_layer, DType::BF16, {N, S, Hkv, D},
-                             backend_.device());
-    c.v = Tensor::contiguous(base + size_t(L + l) * per_layer, DType::BF16, {N, S, Hkv, D},
-                             backend_.device());
-    kv_cache_.push_back(c);
-  }
+int64_t ModelRunner::reserved_bytes() const {
+  return int64_t(model_->workspace_bytes() + metadata_buf_.bytes() + sampled_buf_.bytes());
 }
 
-HostBatch ModelRunner::prepare_prefill(const std::vector<Sequence*>& seqs) const {
-  HostBatch b;
+void ModelRunner::allocate_metadata() {
+  const int64_t T = max_tokens_, B = config_.max_num_seqs, W = max_num_blocks_per_seq_;
+  const int64_t i32 = 4 * (3 * T + 4 * B + 2 + B * W + B), f32 = 4 * 2 * B, i64 = 8 * 2 * B;
+  metadata_buf_ = backend_.alloc(size_t(i32 + f32 + i64 + 64 * 16));
+  char* cursor = static_cast<char*>(metadata_buf_.data());
+  const DeviceKind dev = backend_.device();
+  Metadata& m = metadata_;
+  m.input_ids = carve(cursor, DType::I32, {T}, dev);
+  m.positions = carve(cursor, DType::I32, {T}, dev);
+  m.slot_mapping = carve(cursor, DType::I32, {T}, dev);
+  m.cu_seqlens_q = carve(cursor, DType::I32, {B + 1}, dev);
+  m.cu_seqlens_k = carve(cursor, DType::I32, {B + 1}, dev);
+  m.context_lens = carve(cursor, DType::I32, {B}, dev);
+  m.last_token_indices = carve(cursor, DType::I32, {B}, dev);
+  m.block_tables = carve(cursor, DType::I32, {B, W}, dev);
+  m.temperatures = carve(cursor, DType::F32, {B}, dev);
+  m.top_k = carve(cursor, DType::I32, {B}, dev);
+  m.top_p = carve(cursor, DType::F32, {B}, dev);
+  m.seeds = carve(cursor, DType::I64, {B}, dev);
+  m.sample_offsets = carve(cursor, DType::I64, {B}, dev);
+  NV_CHECK(cursor <= static_cast<char*>(metadata_buf_.data()) + metadata_buf_.bytes());
+  sampled_buf_ = backend_.alloc(sizeof(int32_t) * size_t(B));
+  // The host batch, reserved once: clear() and push_back never reallocate after this.
+  HostBatch& h = host_;
+  for (auto* v : {&h.input_ids, &h.positions, &h.slot_mapping}) v->reserve(size_t(T));
+  for (auto* v : {&h.cu_seqlens_q, &h.cu_seqlens_k}) v->reserve(size_t(B + 1));
+  for (auto* v : {&h.context_lens, &h.last_token_indices, &h.top_k}) v->reserve(size_t(B));
+  h.block_tables.reserve(size_t(B * W));
+  h.temperatures.reserve(size_t(B));
+  h.top_p.reserve(size_t(B));
+  h.seeds.reserve(size_t(B));
+  h.sample_offsets.reserve(size_t(B));
+}
+
+const HostBatch& ModelRunner::prepare_prefill(const std::vector<Sequence*>& seqs) {
+  HostBatch& b = host_;
+  b.clear();
   b.is_prefill = true;
   b.cu_seqlens_q.push_back(0);
   b.cu_seqlens_k.push_back(0);
+  NV_CHECK(int(seqs.size()) <= config_.max_num_seqs, "{} seqs in a step", seqs.size());
   for (const Sequence* seq : seqs) {
     const int start = seq->num_cached_tokens;
     const int end = start + seq->num_scheduled_tokens;
     NV_CHECK(seq->num_scheduled_tokens > 0 && end <= seq->num_tokens());
+    NV_CHECK(b.input_ids.size() + size_t(end - start) <= size_t(max_tokens_),
+             "a prefill of more than {} tokens", max_tokens_);
     for (int i = start; i < end; ++i) {
       b.input_ids.push_back(seq->token_ids[i]);
       b.positions.push_back(i);
@@ -75,16 +128,21 @@ HostBatch ModelRunner::prepare_prefill(const std::vector<Sequence*>& seqs) const
     b.max_seqlen_q = std::max(b.max_seqlen_q, end - start);
     b.max_seqlen_k = std::max(b.max_seqlen_k, end);
   }
-  prepare_block_tables(b, seqs);
-  prepare_sample(b, seqs);
+  prepare_block_tables(seqs);
+  prepare_sample(seqs);
   return b;
 }
 
-HostBatch ModelRunner::prepare_decode(const std::vector<Sequence*>& seqs) const {
-  HostBatch b;
+const HostBatch& ModelRunner::prepare_decode(const std::vector<Sequence*>& seqs,
+                                             int padded_seqs) {
+  HostBatch& b = host_;
+  b.clear();
   b.is_prefill = false;
   b.cu_seqlens_q.push_back(0);
   b.cu_seqlens_k.push_back(0);
+  NV_CHECK(int(seqs.size()) <= padded_seqs && padded_seqs <= config_.max_num_seqs,
+           "decode of {} seqs padded to {} (max_num_seqs {})", seqs.size(), padded_seqs,
+           config_.max_num_seqs);
   for (const Sequence* seq : seqs) {
     const int pos = seq->num_tokens() - 1;
     b.input_ids.push_back(seq->last_token);
@@ -98,22 +156,47 @@ HostBatch ModelRunner::prepare_decode(const std::vector<Sequence*>& seqs) const 
     b.max_seqlen_k = std::max(b.max_seqlen_k, pos + 1);
   }
   b.max_seqlen_q = 1;
-  prepare_block_tables(b, seqs);
-  prepare_sample(b, seqs);
+  prepare_block_tables(seqs);
+  prepare_sample(seqs);
+  for (int i = int(seqs.size()); i < padded_seqs; ++i) append_padding_lane();
   return b;
 }
 
-// block_tables [num_seqs, max_num_blocks], each row padded with -1.
-void ModelRunner::prepare_block_tables(HostBatch& b, const std::vector<Sequence*>& seqs) const {
-  b.max_num_blocks = 0;
-  for (const Sequence* seq : seqs) b.max_num_blocks = std::max(b.max_num_blocks, int(seq->block_table.size()));
+// A padded decode lane (see HostBatch): writes nothing, reads key 0 of block 0.
+void ModelRunner::append_padding_lane() {
+  HostBatch& b = host_;
+  b.input_ids.push_back(0);
+  b.positions.push_back(0);
+  b.slot_mapping.push_back(-1);
+  b.cu_seqlens_q.push_back(b.cu_seqlens_q.back() + 1);
+  b.cu_seqlens_k.push_back(b.cu_seqlens_k.back() + 1);
+  b.context_lens.push_back(1);
+  b.last_token_indices.push_back(int32_t(b.last_token_indices.size()));
+  b.max_seqlen_k = std::max(b.max_seqlen_k, 1);
+  b.block_tables.push_back(0);
+  b.block_tables.resize(b.block_tables.size() + size_t(max_num_blocks_per_seq_ - 1), -1);
+  b.temperatures.push_back(0.0f);
+  b.top_k.push_back(0);
+  b.top_p.push_back(1.0f);
+  b.seeds.push_back(0);
+  b.sample_offsets.push_back(0);
+}
+
+// block_tables [num_seqs, max_num_blocks_per_seq], each row padded with -1: the same width every
+// step, and every column rewritten, so no stale entry survives from an earlier step.
+void ModelRunner::prepare_block_tables(const std::vector<Sequence*>& seqs) {
+  HostBatch& b = host_;
+  b.max_num_blocks = max_num_blocks_per_seq_;
   for (const Sequence* seq : seqs) {
+    NV_CHECK(int(seq->block_table.size()) <= max_num_blocks_per_seq_, "seq {} holds {} blocks",
+             seq->seq_id, seq->block_table.size());
     b.block_tables.insert(b.block_tables.end(), seq->block_table.begin(), seq->block_table.end());
-    b.block_tables.resize(b.block_tables.size() + b.max_num_blocks - seq->block_table.size(), -1);
+    b.block_tables.resize(b.block_tables.size() + max_num_blocks_per_seq_ - seq->block_table.size(), -1);
   }
 }
 
-void ModelRunner::prepare_sample(HostBatch& b, const std::vector<Sequence*>& seqs) const {
+void ModelRunner::prepare_sample(const std::vector<Sequence*>& seqs) {
+  HostBatch& b = host_;
   for (const Sequence* seq : seqs) {
     b.temperatures.push_back(seq->sampling.temperature);
     b.top_k.push_back(seq->sampling.top_k);
@@ -121,26 +204,13 @@ void ModelRunner::prepare_sample(HostBatch& b, const std::vector<Sequence*>& seq
     b.seeds.push_back(seq->sampling.seed);
     b.sample_offsets.push_back(seq->num_tokens());
   }
+  fill_sampling_batch(b.sampling, seqs);  // penalties, logit_bias, min_tokens, logprobs
 }
 
-namespace {
-
-// Appends `v` to the metadata image (64-byte aligned) and makes *dst its view; the data pointer
-// is set once the image is on the device (fixups).
-template <typename T>
-void place(std::vector<char>& image, std::vector<std::pair<size_t, Tensor*>>& fixups,
-           const std::vector<T>& v, DType dtype, std::initializer_list<int64_t> shape, Tensor* dst) {
-  size_t offset = (image.size() + 63) / 64 * 64;
-  image.resize(offset + v.size() * sizeof(T));
-  if (!v.empty()) std::memcpy(image.data() + offset, v.data(), v.size() * sizeof(T));
-  *dst = Tensor::contiguous(nullptr, dtype, shape);
-  fixups.emplace_back(offset, dst);
-}
-
-}  // namespace
-
-ForwardBatch ModelRunner::upload(const HostBatch& h) {
-  ForwardBatch b;
+void ModelRunner::upload() {
+  const HostBatch& h = host_;
+  const Metadata& m = metadata_;
+  ForwardBatch& b = batch_;
   b.host = &h;
   b.is_prefill = h.is_prefill;
   b.num_seqs = h.num_seqs();
@@ -148,42 +218,46 @@ ForwardBatch ModelRunner::upload(const HostBatch& h) {
   b.max_seqlen_q = h.max_seqlen_q;
   b.max_seqlen_k = h.max_seqlen_k;
   const int64_t T = b.num_tokens, B = b.num_seqs;
-  std::vector<char> image;
-  std::vector<std::pair<size_t, Tensor*>> fixups;
-  place(image, fixups, h.input_ids, DType::I32, {T}, &b.input_ids);
-  place(image, fixups, h.positions, DType::I32, {T}, &b.positions);
-  place(image, fixups, h.slot_mapping, DType::I32, {T}, &b.slot_mapping);
-  place(image, fixups, h.cu_seqlens_q, DType::I32, {B + 1}, &b.cu_seqlens_q);
-  place(image, fixups, h.cu_seqlens_k, DType::I32, {B + 1}, &b.cu_seqlens_k);
-  place(image, fixups, h.context_lens, DType::I32, {B}, &b.context_lens);
-  place(image, fixups, h.block_tables, DType::I32, {B, h.max_num_blocks}, &b.block_tables);
-  place(image, fixups, h.last_token_indices, DType::I32, {B}, &b.last_token_indices);
-  place(image, fixups, h.temperatures, DType::F32, {B}, &b.temperatures);
-  place(image, fixups, h.top_k, DType::I32, {B}, &b.top_k);
-  place(image, fixups, h.top_p, DType::F32, {B}, &b.top_p);
-  place(image, fixups, h.seeds, DType::I64, {B}, &b.seeds);
-  place(image, fixups, h.sample_offsets, DType::I64, {B}, &b.sample_offsets);
-  if (metadata_buf_.bytes() < image.size()) metadata_buf_ = backend_.alloc(image.size() * 2);
-  backend_.upload(Tensor::contiguous(metadata_buf_.data(), DType::I32 /*bytes*/,
-                                     {int64_t(image.size() / 4)}, backend_.device()),
-                  image.data());
-  for (auto& [offset, t] : fixups) {
-    t->data = static_cast<char*>(metadata_buf_.data()) + offset;
-    t->device = backend_.device();
+  b.input_ids = upload_rows(backend_, m.input_ids, h.input_ids, T);
+  b.positions = upload_rows(backend_, m.positions, h.positions, T);
+  b.slot_mapping = upload_rows(backend_, m.slot_mapping, h.slot_mapping, T);
+  b.cu_seqlens_q = upload_rows(backend_, m.cu_seqlens_q, h.cu_seqlens_q, B + 1);
+  b.cu_seqlens_k = upload_rows(backend_, m.cu_seqlens_k, h.cu_seqlens_k, B + 1);
+  b.context_lens = upload_rows(backend_, m.context_lens, h.context_lens, B);
+  b.block_tables = upload_rows(backend_, m.block_tables, h.block_tables, B);
+  b.last_token_indices = upload_rows(backend_, m.last_token_indices, h.last_token_indices, B);
+  b.temperatures = upload_rows(backend_, m.temperatures, h.temperatures, B);
+  b.top_k = upload_rows(backend_, m.top_k, h.top_k, B);
+  b.top_p = upload_rows(backend_, m.top_p, h.top_p, B);
+  b.seeds = upload_rows(backend_, m.seeds, h.seeds, B);
+  b.sample_offsets = upload_rows(backend_, m.sample_offsets, h.sample_offsets, B);
+}
+
+std::vector<int32_t> ModelRunner::execute(const std::vector<LayerKVCache>& kv_cache,
+                                          int num_sampled) {
+  Tensor logits;  // f32 [num_seqs, V]
+  if (!batch_.is_prefill && graphs_.has(batch_.num_seqs)) {
+    logits = graphs_.replay(batch_.num_seqs);
+  } else {
+    logits = model_->forward(batch_, kv_cache);
   }
-  return b;
+  last_logits_ = logits.slice_rows(0, num_sampled);  // padded lanes dropped
+  Tensor sampled = sampled_buf_.as(DType::I32, {num_sampled});
+  backend_.sample(sampled, last_logits_, batch_);
+  std::vector<int32_t> token_ids(static_cast<size_t>(num_sampled));
+  backend_.download(token_ids.data(), sampled);
+  return token_ids;
 }
 
 std::vector<int32_t> ModelRunner::run(const std::vector<Sequence*>& seqs, bool is_prefill) {
-  HostBatch host = is_prefill ? prepare_prefill(seqs) : prepare_decode(seqs);
-  ForwardBatch batch = upload(host);
-  Tensor logits = model_->forward(batch, kv_cache_);  // f32 [B, V]
-  last_logits_ = logits;
-  Tensor sampled = sampled_buf_.as(DType::I32, {batch.num_seqs});
-  backend_.sample(sampled, logits, batch);
-  std::vector<int32_t> token_ids(size_t(batch.num_seqs));
-  backend_.download(token_ids.data(), sampled);
-  return token_ids;
+  const int n = int(seqs.size());
+  if (is_prefill) {
+    prepare_prefill(seqs);
+  } else {
+    prepare_decode(seqs, pad_decode_ ? bucket_for(buckets_, n) : n);
+  }
+  upload();
+  return execute(kv_cache_, n);
 }
 
 }  // namespace nanovllm

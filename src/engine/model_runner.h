@@ -1,21 +1,53 @@
 #pragma once
 // ModelRunner: turns scheduled sequences into a ForwardBatch, runs the model, samples
-// (nano-vllm's engine/model_runner.py). Owns the KV cache, allocated once from a byte budget.
+// (nano-vllm's engine/model_runner.py).
+//
+// Graph-ready: every per-step buffer is allocated once, at its maximum, before the KV cache:
+// the metadata buffer behind ForwardBatch (max_num_batched_tokens tokens, max_num_seqs
+// sequences, block tables ceil(max_model_len / block_size) + 1 wide) and the model's workspace.
+// Start-up follows nano-vllm: load weights, reserve the workspace, warm up at the largest batch
+// (where the device has lazily allocated state to measure), size and allocate the KV cache from
+// what is left, then capture the decode graphs (when the backend has them and !enforce_eager).
+// Decode batches are padded to a graph bucket when graphs are used (or when asked, for tests).
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "backend/backend.h"
-#include "runtime/forward_batch.h"
+#include "engine/graph_runner.h"
 #include "engine/sequence.h"
 #include "model/qwen3.h"
 #include "nanovllm/config.h"
+#include "runtime/forward_batch.h"
 
 namespace nanovllm {
 
+// Engine-internal switches, for tests: defaults follow the device.
+struct RunnerOptions {
+  // Pad decode batches to the graph buckets. Default: only when graphs are captured.
+  std::optional<bool> pad_decode;
+  // Run the start-up warm-up forwards. Default: on every device but the CPU (the CPU has no lazily
+  // allocated device state, and a max_num_batched_tokens prefill there would take long).
+  std::optional<bool> warmup;
+};
+
+// KV cache bytes when Config::kv_cache_memory is 0, from the device's memory after the weights,
+// the workspace and the warm-up (`reserved`: bytes allocated but perhaps not yet touched, which
+// MemAvailable still counts as free on the CPU).
+//  - CUDA: total * gpu_memory_utilization - used (nano-vllm's rule; used = total - free).
+//  - CPU: half of MemAvailable - reserved, at most 4 GiB: the other half stays with the OS page
+//    cache, other processes and the ops' per-call scratch; 4 GiB holds ~36k tokens of Qwen3-0.6B.
+int64_t default_kv_cache_bytes(DeviceKind device, const DeviceMemory& memory,
+                               float gpu_memory_utilization, int64_t reserved);
+
 class ModelRunner {
  public:
-  // Loads the weights of config.model onto the backend and allocates the KV cache.
-  ModelRunner(const Config& config, const ModelConfig& model_config, Backend& backend);
+  // Loads the weights of config.model onto the backend, reserves every buffer, warms up,
+  // allocates the KV cache and captures the decode graphs. Throws Error when the cache cannot
+  // hold one max_model_len sequence.
+  ModelRunner(const Config& config, const ModelConfig& model_config, Backend& backend,
+              const RunnerOptions& options = {});
 
   // One step over seqs (as scheduled: prefill chunks or one decode token each). Returns one
   // sampled token per seq (meaningless for a prefill chunk that does not end its prompt).
@@ -25,28 +57,62 @@ class ModelRunner {
   Tensor last_logits() const { return last_logits_; }
   int num_kv_blocks() const { return num_blocks_; }
   size_t kv_block_bytes() const;  // bytes of one block over all layers, k and v
-  HostBatch prepare_prefill(const std::vector<Sequence*>& seqs) const;
-  HostBatch prepare_decode(const std::vector<Sequence*>& seqs) const;
+  int max_num_blocks_per_seq() const { return max_num_blocks_per_seq_; }
+  // Bytes of the buffers reserved before the KV cache (workspace and metadata).
+  int64_t reserved_bytes() const;
+  bool pads_decode() const { return pad_decode_; }
+  const std::vector<int>& graph_buckets() const { return buckets_; }
+  const GraphRunner& graphs() const { return graphs_; }
+  // The ForwardBatch of the last step (views into the fixed metadata buffer).
+  const ForwardBatch& batch() const { return batch_; }
+
+  // Fill the host batch in place for seqs (decode: padded to `padded_seqs` lanes).
+  const HostBatch& prepare_prefill(const std::vector<Sequence*>& seqs);
+  const HostBatch& prepare_decode(const std::vector<Sequence*>& seqs, int padded_seqs);
 
  private:
-  ForwardBatch upload(const HostBatch& host);
-  void prepare_block_tables(HostBatch& host, const std::vector<Sequence*>& seqs) const;
-  void prepare_sample(HostBatch& host, const std::vector<Sequence*>& seqs) const;
-  void allocate_kv_cache(int64_t budget_bytes);
+  // The fixed device tensors behind ForwardBatch, at their maximum shapes.
+  struct Metadata {
+    Tensor input_ids, positions, slot_mapping;       // i32 [max_tokens]
+    Tensor cu_seqlens_q, cu_seqlens_k;               // i32 [max_seqs + 1]
+    Tensor context_lens, last_token_indices;         // i32 [max_seqs]
+    Tensor block_tables;                             // i32 [max_seqs, max_num_blocks_per_seq]
+    Tensor temperatures, top_p;                      // f32 [max_seqs]
+    Tensor top_k;                                    // i32 [max_seqs]
+    Tensor seeds, sample_offsets;                    // i64 [max_seqs]
+  };
+
+  void allocate_metadata();
+  void upload();  // host_ -> the metadata buffer; batch_ = views of the step's sizes
+  void prepare_block_tables(const std::vector<Sequence*>& seqs);
+  void prepare_sample(const std::vector<Sequence*>& seqs);
+  void append_padding_lane();
+  // Forward over batch_ (replaying a graph when one matches) and sampling of the first
+  // `num_sampled` rows into the returned ids.
+  std::vector<int32_t> execute(const std::vector<LayerKVCache>& kv_cache, int num_sampled);
+  void warmup_model();
+  void allocate_kv_cache();
+  void capture_graphs();
 
   Config config_;
   ModelConfig model_config_;
   Backend& backend_;
+  RunnerOptions options_;
   std::unique_ptr<Qwen3Model> model_;
+  int max_tokens_ = 0;              // tokens of the largest step
+  int max_num_blocks_per_seq_ = 0;  // block table width
+  bool pad_decode_ = false;
+  std::vector<int> buckets_;
+  GraphRunner graphs_;
   int num_blocks_ = 0;
   Buffer kv_cache_buf_;                // [2, layers, num_blocks, block_size, Hkv, D] bf16
   std::vector<LayerKVCache> kv_cache_;
-  Buffer metadata_buf_;                // the ForwardBatch tensors
+  Buffer metadata_buf_;
+  Metadata metadata_;
+  HostBatch host_;
+  ForwardBatch batch_;
   Buffer sampled_buf_;                 // i32 [max_num_seqs]
   Tensor last_logits_;
 };
-
-// The CPU default KV budget when Config::kv_cache_memory is 0: min(4 GiB, 1/4 of free memory).
-int64_t default_cpu_kv_cache_bytes();
 
 }  // namespace nanovllm

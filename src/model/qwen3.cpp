@@ -40,10 +40,10 @@ Qwen3Model::Qwen3Model(const ModelConfig& config, ModelWeights weights, Backend&
   backend.upload(cos_sin_, table.data());
 }
 
-void Qwen3Model::reserve(int num_tokens, int num_seqs) {
-  if (num_tokens <= capacity_tokens_ && num_seqs <= capacity_seqs_) return;
-  const int64_t T = std::max(num_tokens, capacity_tokens_);
-  const int64_t B = std::max(num_seqs, capacity_seqs_);
+void Qwen3Model::reserve(int max_tokens, int max_seqs) {
+  NV_CHECK(!workspace_.data(), "the workspace is allocated once");
+  NV_CHECK(max_tokens >= 1 && max_seqs >= 1, "reserve({}, {})", max_tokens, max_seqs);
+  const int64_t T = max_tokens, B = max_seqs;
   const int64_t H = config_.hidden_size, D = config_.head_dim, I = config_.intermediate_size;
   const int64_t qkv = int64_t(config_.num_attention_heads + 2 * config_.num_key_value_heads) * D;
   const int64_t q = int64_t(config_.num_attention_heads) * D;
@@ -68,7 +68,9 @@ void Qwen3Model::reserve(int num_tokens, int num_seqs) {
 
 Tensor Qwen3Model::forward(const ForwardBatch& batch, const std::vector<LayerKVCache>& kv_cache) {
   NV_CHECK(int(kv_cache.size()) == config_.num_hidden_layers);
-  reserve(batch.num_tokens, batch.num_seqs);
+  NV_CHECK(batch.num_tokens <= capacity_tokens_ && batch.num_seqs <= capacity_seqs_,
+           "a step of {} tokens, {} seqs; the workspace holds {} and {}", batch.num_tokens,
+           batch.num_seqs, capacity_tokens_, capacity_seqs_);
   const int64_t T = batch.num_tokens, B = batch.num_seqs;
   Tensor hidden = hidden_.slice_rows(0, T);      // [T, H]
   Tensor residual = residual_.slice_rows(0, T);  // [T, H]

@@ -15,14 +15,19 @@ class Qwen3Model {
   // max_position: RoPE table length (max_model_len).
   Qwen3Model(const ModelConfig& config, ModelWeights weights, Backend& backend, int max_position);
 
+  // Allocates the activation workspace once, for steps of up to max_tokens tokens and max_seqs
+  // sequences; every later forward() uses the same addresses (a CUDA graph replays over them).
+  void reserve(int max_tokens, int max_seqs);
+  size_t workspace_bytes() const { return workspace_.bytes(); }
+
   // Runs one step and returns the logits of each sequence's last token: f32 [num_seqs, V]
   // (a view into the model's workspace, valid until the next call). kv_cache: one per layer.
+  // The batch must fit what reserve() allocated.
   Tensor forward(const ForwardBatch& batch, const std::vector<LayerKVCache>& kv_cache);
 
   const ModelConfig& config() const { return config_; }
 
  private:
-  void reserve(int num_tokens, int num_seqs);  // grows the workspace
   void attention(int layer, const ForwardBatch& batch, const LayerKVCache& cache, Tensor hidden);
   void mlp(int layer, Tensor hidden);
 

@@ -90,6 +90,7 @@ TEST_F(Invariants, PreemptionEqualsLargeCache) {
   // 12 blocks of 16 tokens: every sequence fits alone (<= 4 blocks) but not all together.
   const int64_t block_bytes = test::kv_block_bytes(model, 16);
   small.kv_cache_memory = 12 * block_bytes;
+  small.max_model_len = 12 * 16 + 1;  // what the cache holds (a longer one is refused)
   int64_t preemptions = 0;
   auto got = greedy(small, prompts, 40, &preemptions);
   EXPECT_GT(preemptions, 0) << "the small cache should have forced a preemption";
@@ -163,6 +164,7 @@ TEST(InvariantsRandom, EngineConfigsAgree) {
     // Enough blocks for the longest request alone (prompt + 16 tokens), sometimes barely.
     const int64_t blocks = int64_t(longest + c.block_size - 1) / c.block_size + int64_t(rng() % 40);
     c.kv_cache_memory = blocks * test::kv_block_bytes(model, c.block_size);
+    c.max_model_len = int(std::min<int64_t>(base.max_model_len, blocks * c.block_size + 1));
     int64_t preemptions = 0;
     EXPECT_EQ(greedy(c, prompts, 16, &preemptions), want)
         << "block_size " << c.block_size << ", budget " << c.max_num_batched_tokens << ", seqs "
