@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "nanovllm/config.h"
+#include "nanovllm/logprobs.h"
 #include "nanovllm/sampling_params.h"
 
 namespace nanovllm {
@@ -16,15 +17,26 @@ namespace nanovllm {
 class LLMEngine;
 
 struct GenerationOutput {
-  std::vector<int32_t> token_ids;  // completion tokens only (an eos that stopped it included)
-  std::string finish_reason;       // "stop" (eos), "length" (max_tokens / max_model_len), "error"
+  std::vector<int32_t> token_ids;  // completion tokens only (an eos or stop token that stopped
+                                   // it included; with a stop string, the tokens generated up to
+                                   // the step that completed it)
+  std::string finish_reason;       // "stop" (eos, stop_token_ids, a stop string), "length"
+                                   // (max_tokens / max_model_len), "error"
   std::string error;               // the reason, when finish_reason == "error"
-  std::string text;                // the completion decoded with skip_special_tokens (when the
-                                   // model folder has a tokenizer; else empty)
+  std::string text;                // the completion decoded (SamplingParams::skip_special_tokens)
+                                   // when the model folder has a tokenizer, else empty; ends
+                                   // before a matched stop string (after it with
+                                   // include_stop_str_in_output)
+  std::string stop_reason;         // the stop string that ended it, if one did
+  std::vector<StepLogprobs> logprobs;  // one per token of token_ids when SamplingParams::logprobs
+                                       // is set, else empty
+  // n > 1: all n samples, in order (samples[0] repeats the fields above); empty when n == 1.
+  std::vector<GenerationOutput> samples;
 };
 
 // Called as text is produced: prompt index, newly completed text (never part of a UTF-8
-// character). Concatenated per index, it equals GenerationOutput::text.
+// character, never part of a stop string). Concatenated per index, it equals
+// GenerationOutput::text (of sample 0 when n > 1: only sample 0 streams).
 using StreamCallback = std::function<void(size_t index, const std::string& delta)>;
 
 struct ChatOptions {

@@ -6,6 +6,8 @@
 
 #include "engine/async_llm_engine.h"
 #include "engine/llm_engine.h"
+#include "engine/stop_checker.h"
+#include "runtime/sampling_rng.h"
 #include "tokenizer/chat_template.h"
 #include "util/progress_bar.h"
 
@@ -16,6 +18,28 @@ LLM::LLM(const Config& config)
 
 LLM::~LLM() = default;
 
+namespace {
+
+// One sample of one prompt (SamplingParams::n) in flight on the AsyncLLMEngine.
+struct Job {
+  size_t prompt = 0;
+  int sample = 0;
+  SamplingParams params;  // n = 1, this sample's seed
+  std::shared_ptr<RequestStream> stream;  // null until submitted
+  std::optional<StopChecker> stop;
+  int num_tokens = 0;
+  bool stopped = false;  // a stop string matched: the request was aborted
+  bool done = false;
+  GenerationOutput out;
+};
+
+}  // namespace
+
+// n > 1 runs as n requests of one sample each: sample 0 first, the others once sample 0 has
+// produced a token (its prompt's full blocks are then in the prefix cache, so the siblings share
+// them). Sample i > 0 of a seeded request uses sample_seed(seed, i) (runtime/sampling_rng.h), so
+// sample 0 equals the n == 1 output. Stop strings: a StopChecker per sample over the streamed
+// text; a match aborts the request and the output ends with finish_reason "stop".
 std::vector<GenerationOutput> LLM::generate(const std::vector<std::vector<int32_t>>& prompts,
                                             const std::vector<SamplingParams>& params,
                                             const StreamCallback& on_text) {
@@ -24,57 +48,109 @@ std::vector<GenerationOutput> LLM::generate(const std::vector<std::vector<int32_
          prompts.size());
   }
   auto param = [&](size_t i) -> const SamplingParams& { return params[params.size() == 1 ? 0 : i]; };
+  const Tokenizer* tokenizer = engine_->tokenizer();
   for (size_t i = 0; i < prompts.size(); ++i) {
     try {
       engine_->validate(prompts[i], param(i));
+      if (!param(i).stop.empty() && !tokenizer) {
+        fail("stop strings need the model's tokenizer.json (the folder has none)");
+      }
     } catch (const Error& e) {
       fail("prompt {}: {}", i, e.what());
     }
   }
-  // Built on the streaming API: one engine thread for this call, one stream per prompt.
-  const Tokenizer* tokenizer = engine_->tokenizer();
-  std::vector<GenerationOutput> outputs(prompts.size());
-  ProgressBar bar(int(prompts.size()), "Generating", show_progress_);
+  // Built on the streaming API: one engine thread for this call, one stream per sample.
+  std::vector<std::unique_ptr<Job>> jobs;
+  std::vector<size_t> first_job(prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    first_job[i] = jobs.size();
+    for (int k = 0; k < param(i).n; ++k) {
+      auto job = std::make_unique<Job>();
+      job->prompt = i;
+      job->sample = k;
+      job->params = param(i);
+      job->params.n = 1;
+      if (k > 0 && job->params.seed) job->params.seed = sample_seed(*job->params.seed, k);
+      if (!job->params.stop.empty()) {
+        job->stop.emplace(job->params.stop, job->params.include_stop_str_in_output);
+      }
+      jobs.push_back(std::move(job));
+    }
+  }
+  ProgressBar bar(int(jobs.size()), "Generating", show_progress_);
   {
     AsyncLLMEngine async(*engine_);
     async.set_step_observer([&bar](const StepInfo& s) {
       bar.update(s.num_finished, s.num_prefill_tokens, s.num_decode_tokens);
     });
-    RequestOptions options;
-    options.detokenize = tokenizer != nullptr;
-    std::vector<SamplingParams> per_prompt;
-    for (size_t i = 0; i < prompts.size(); ++i) per_prompt.push_back(param(i));
-    std::vector<std::shared_ptr<RequestStream>> streams = async.add_requests(prompts, per_prompt, options);
     std::mutex mu;
     std::condition_variable cv;
     bool woken = false;
-    for (auto& s : streams) {
-      s->set_notify([&] {
+    auto submit = [&](Job& job) {
+      RequestOptions options;
+      options.detokenize = tokenizer != nullptr;
+      options.skip_special_tokens = job.params.skip_special_tokens;
+      job.stream = async.add_request(prompts[job.prompt], job.params, options);
+      job.stream->set_notify([&] {
         {
           std::lock_guard lock(mu);
           woken = true;
         }
         cv.notify_one();
       });
-    }
-    std::vector<bool> done(prompts.size(), false);
-    size_t remaining = prompts.size();
+    };
+    for (size_t i = 0; i < prompts.size(); ++i) submit(*jobs[first_job[i]]);
+    auto handle = [&](Job& job, const RequestEvent& e) {
+      GenerationOutput& out = job.out;
+      if (!job.stopped) {
+        out.token_ids.insert(out.token_ids.end(), e.token_ids.begin(), e.token_ids.end());
+        job.num_tokens += int(e.token_ids.size());
+        out.logprobs.insert(out.logprobs.end(), e.logprobs.begin(), e.logprobs.end());
+        std::string shown = e.text;
+        if (job.stop) {
+          shown = job.stop->add(e.text, job.num_tokens >= job.params.min_tokens);
+          if (e.finished) shown += job.stop->finish();
+        }
+        out.text += shown;
+        if (on_text && job.sample == 0 && !shown.empty()) on_text(job.prompt, shown);
+        if (job.stop && job.stop->stopped()) {
+          job.stopped = true;
+          out.finish_reason = "stop";
+          out.stop_reason = job.stop->matched();
+          if (!e.finished) async.abort(job.stream->request_id());
+        }
+      }
+      if (e.finished) {
+        if (!job.stopped) {
+          out.finish_reason = e.finish_reason;
+          out.error = e.error;
+        }
+        job.done = true;
+      }
+    };
+    size_t remaining = jobs.size();
     while (remaining > 0) {
       bool any = false;
-      for (size_t i = 0; i < streams.size(); ++i) {
-        if (done[i]) continue;
-        while (std::optional<RequestEvent> e = streams[i]->try_next()) {
+      for (auto& job : jobs) {
+        if (job->done || !job->stream) continue;
+        while (std::optional<RequestEvent> e = job->stream->try_next()) {
           any = true;
-          GenerationOutput& out = outputs[i];
-          out.token_ids.insert(out.token_ids.end(), e->token_ids.begin(), e->token_ids.end());
-          out.text += e->text;
-          if (on_text && !e->text.empty()) on_text(i, e->text);
-          if (e->finished) {
-            out.finish_reason = e->finish_reason;
-            out.error = e->error;
-            done[i] = true;
+          handle(*job, *e);
+          if (job->done) {
             --remaining;
             break;
+          }
+        }
+      }
+      // Siblings once sample 0 has its prompt computed (or ended).
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        const Job& first = *jobs[first_job[i]];
+        if (first.num_tokens == 0 && !first.done) continue;
+        for (int k = 1; k < param(i).n; ++k) {
+          Job& sib = *jobs[first_job[i] + size_t(k)];
+          if (!sib.stream) {
+            submit(sib);
+            any = true;
           }
         }
       }
@@ -87,6 +163,13 @@ std::vector<GenerationOutput> LLM::generate(const std::vector<std::vector<int32_
     async.shutdown();  // the observer runs on the engine thread: join it before closing the bar
   }
   bar.close();
+  std::vector<GenerationOutput> outputs(prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    outputs[i] = jobs[first_job[i]]->out;
+    if (param(i).n > 1) {
+      for (int k = 0; k < param(i).n; ++k) outputs[i].samples.push_back(jobs[first_job[i] + size_t(k)]->out);
+    }
+  }
   return outputs;
 }
 

@@ -69,46 +69,14 @@ const ChatTemplate& LLMEngine::chat_template() const {
   return *chat_template_;
 }
 
-void LLMEngine::validate(const std::vector<int32_t>& prompt, const SamplingParams& p) const {
-  if (prompt.empty()) fail("prompt is empty");
-  for (size_t i = 0; i < prompt.size(); ++i) {
-    if (prompt[i] < 0 || prompt[i] >= model_config_.vocab_size) {
-      fail("prompt token {} at index {} is outside the vocabulary [0, {})", prompt[i], i,
-           model_config_.vocab_size);
-    }
-  }
-  if (int64_t(prompt.size()) >= config_.max_model_len) {
-    fail("prompt has {} tokens; max_model_len {} leaves no room to generate", prompt.size(),
-         config_.max_model_len);
-  }
-  if (p.max_tokens < 1) fail("max_tokens must be >= 1, got {}", p.max_tokens);
-  if (p.temperature && !(std::isfinite(*p.temperature) && *p.temperature >= 0)) {
-    fail("temperature must be a finite number >= 0, got {}", *p.temperature);
-  }
-  if (p.top_p && !(*p.top_p > 0 && *p.top_p <= 1)) fail("top_p must be in (0, 1], got {}", *p.top_p);
-  if (p.top_k && *p.top_k < -1) fail("top_k must be -1, 0 (off) or positive, got {}", *p.top_k);
-}
+// validate, resolve and add_request: llm_engine_sampling.cpp
 
-ResolvedSampling LLMEngine::resolve(const SamplingParams& p, int64_t seq_id) const {
-  ResolvedSampling r;
-  r.temperature = p.temperature.value_or(generation_config_.temperature.value_or(1.0f));
-  r.top_k = std::max(0, p.top_k.value_or(generation_config_.top_k.value_or(0)));
-  r.top_p = p.top_p.value_or(generation_config_.top_p.value_or(1.0f));
-  r.max_tokens = p.max_tokens;
-  r.ignore_eos = p.ignore_eos;
-  r.seed = p.seed.value_or(mix64(uint64_t(seq_id) + 0x5eed));
-  return r;
+bool LLMEngine::abort(int64_t seq_id) {
+  if (abort_pending_sibling(seq_id)) return true;
+  const bool aborted = scheduler_->abort(seq_id) != nullptr;
+  admit_siblings(seq_id);  // siblings of an aborted sample 0 go on (computing their prompt)
+  return aborted;
 }
-
-int64_t LLMEngine::add_request(std::vector<int32_t> prompt, const SamplingParams& params) {
-  validate(prompt, params);
-  const int64_t id = next_seq_id_++;
-  scheduler_->add(std::make_unique<Sequence>(id, std::move(prompt), resolve(params, id),
-                                             config_.block_size));
-  return id;
-}
-
-bool LLMEngine::abort(int64_t seq_id) { return scheduler_->abort(seq_id) != nullptr; }
 
 StepResult LLMEngine::step() {
   StepResult result;
@@ -128,6 +96,7 @@ StepResult LLMEngine::step() {
     }
   }
   result.finished = scheduler_->take_finished();
+  after_step(seqs, result);  // logprobs, n > 1 siblings (llm_engine_sampling.cpp)
   return result;
 }
 

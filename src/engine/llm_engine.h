@@ -11,6 +11,7 @@
 #include "engine/sequence.h"
 #include "model/hf_config.h"
 #include "nanovllm/config.h"
+#include "nanovllm/logprobs.h"
 #include "nanovllm/sampling_params.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -20,25 +21,34 @@ namespace nanovllm {
 struct StepResult {
   std::vector<std::unique_ptr<Sequence>> finished;  // ended this step (errors included)
   std::vector<std::pair<int64_t, int32_t>> new_tokens;  // (seq_id, token) appended this step
+  // Empty when no sequence of the step asked for logprobs; else one per new_tokens entry (empty
+  // StepLogprobs for a sequence that did not ask).
+  std::vector<StepLogprobs> new_logprobs;
   int num_prefill_tokens = 0;  // tokens computed by a prefill step
   int num_decode_tokens = 0;   // sequences advanced by a decode step
 };
 
 class LLMEngine {
  public:
+  static constexpr int kMaxSamples = 1024;  // SamplingParams::n
+  static constexpr int kMaxLogprobs = 20;   // SamplingParams::logprobs (vLLM's max_logprobs)
   explicit LLMEngine(const Config& config);  // throws Error for a bad model folder or config
   ~LLMEngine();
 
   // Validates and queues a request; returns its id. Throws Error naming what was wrong (empty
-  // prompt, token id out of range, prompt too long for max_model_len, max_tokens < 1, bad
-  // temperature / top_k / top_p); the engine and its other requests are unaffected.
+  // prompt, token id out of range, prompt too long for max_model_len, any SamplingParams field
+  // out of range); the engine and its other requests are unaffected.
+  // n > 1: the samples are sequences id, id + 1, ..., id + n - 1 (Sequence::request_id == id).
+  // Sample 0 is scheduled at once; the others once it has computed its prompt (its first token),
+  // so that they find its full prompt blocks in the prefix cache and share them (with
+  // enable_prefix_caching off they compute the prompt themselves).
   int64_t add_request(std::vector<int32_t> prompt, const SamplingParams& params);
   void validate(const std::vector<int32_t>& prompt, const SamplingParams& params) const;
   StepResult step();
   // Ends a waiting or running request between steps and frees its KV blocks; false when it is
   // not waiting or running (finished already, or unknown).
   bool abort(int64_t seq_id);
-  bool is_finished() const { return scheduler_->is_finished(); }
+  bool is_finished() const { return scheduler_->is_finished() && pending_siblings_.empty(); }
 
   const Config& config() const { return config_; }
   const ModelConfig& model_config() const { return model_config_; }
@@ -53,7 +63,13 @@ class LLMEngine {
   ModelRunner& model_runner() { return *model_runner_; }
 
  private:
-  ResolvedSampling resolve(const SamplingParams& params, int64_t seq_id) const;
+  // llm_engine_sampling.cpp
+  ResolvedSampling resolve(const SamplingParams& params, int64_t request_id) const;
+  static uint64_t draw_base_seed();  // std::random_device
+  void admit_siblings(int64_t request_id);
+  bool abort_pending_sibling(int64_t seq_id);
+  // After a step's postprocess: its logprobs, and the siblings it made ready.
+  void after_step(const std::vector<Sequence*>& seqs, StepResult& result);
 
   Config config_;
   ModelConfig model_config_;
@@ -65,6 +81,10 @@ class LLMEngine {
   std::optional<Tokenizer> tokenizer_;
   mutable std::optional<ChatTemplate> chat_template_;
   int64_t next_seq_id_ = 0;
+  // Unseeded requests draw from this, so runs differ; an explicit seed repeats.
+  uint64_t base_seed_ = draw_base_seed();
+  // Samples 1..n-1 of a request, by the request id, until sample 0 has its prompt computed.
+  std::vector<std::pair<int64_t, std::vector<std::unique_ptr<Sequence>>>> pending_siblings_;
 };
 
 const char* finish_reason_name(FinishReason r);

@@ -135,7 +135,7 @@ void Scheduler::postprocess(const std::vector<Sequence*>& seqs,
     }
     int32_t token = token_ids[i];
     seq.append_token(token);
-    if (!seq.sampling.ignore_eos && is_eos(token)) {
+    if (is_stop_token(seq, token)) {
       finish(seq, FinishReason::STOP);
     } else if (seq.num_completion_tokens() >= seq.sampling.max_tokens ||
                seq.num_tokens() >= config_.max_model_len) {
@@ -192,6 +192,16 @@ void Scheduler::finish(Sequence& seq, FinishReason reason) {
   seq.status = SequenceStatus::FINISHED;
   seq.finish_reason = reason;
   block_manager_.deallocate(seq);
+}
+
+// eos (unless ignore_eos) or one of stop_token_ids, once min_tokens tokens were generated
+// (vLLM: the output, this token included, has at least min_tokens tokens).
+bool Scheduler::is_stop_token(const Sequence& seq, int32_t token_id) const {
+  const ResolvedSampling& s = seq.sampling;
+  if (seq.num_completion_tokens() < s.min_tokens) return false;
+  if (!s.ignore_eos && is_eos(token_id)) return true;
+  return std::find(s.stop_token_ids.begin(), s.stop_token_ids.end(), token_id) !=
+         s.stop_token_ids.end();
 }
 
 bool Scheduler::is_eos(int32_t token_id) const {

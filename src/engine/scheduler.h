@@ -81,6 +81,7 @@ class Scheduler {
   void preempt(std::unique_ptr<Sequence> seq);
   void finish(Sequence& seq, FinishReason reason);
   bool is_eos(int32_t token_id) const;
+  bool is_stop_token(const Sequence& seq, int32_t token_id) const;
 
   SchedulerConfig config_;
   BlockManager block_manager_;

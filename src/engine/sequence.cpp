@@ -13,7 +13,8 @@ Sequence::Sequence(int64_t seq_id, std::vector<int32_t> prompt, const ResolvedSa
       last_token(0),
       num_prompt_tokens(int(token_ids.size())),
       sampling(sampling),
-      block_size(block_size) {
+      block_size(block_size),
+      request_id(seq_id) {
   if (token_ids.empty()) fail("request {}: the prompt is empty", seq_id);
   if (block_size <= 0) fail("block_size must be positive, got {}", block_size);
   last_token = token_ids.back();

@@ -2,6 +2,7 @@
 // Sequence: one request's tokens and scheduling state (nano-vllm's engine/sequence.py).
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "nanovllm/sampling_params.h"
@@ -18,7 +19,19 @@ struct ResolvedSampling {
   float top_p = 1.0f;
   int max_tokens = 64;
   bool ignore_eos = false;
-  uint64_t seed = 0;
+  uint64_t seed = 0;              // this sample's seed (runtime/sampling_rng.h sample_seed)
+  float min_p = 0.0f;
+  float repetition_penalty = 1.0f;
+  float frequency_penalty = 0.0f;
+  float presence_penalty = 0.0f;
+  std::vector<std::pair<int32_t, float>> logit_bias;  // sorted by id, biases in [-100, 100]
+  int min_tokens = 0;
+  std::vector<int32_t> stop_token_ids;   // finish with STOP (once min_tokens are generated)
+  std::vector<int32_t> min_tokens_mask;  // masked while fewer than min_tokens were generated:
+                                         // eos (unless ignore_eos) and stop_token_ids, sorted
+  int logprobs = -1;                     // -1: none; else top logprobs per token (0..20)
+  int n = 1;                             // samples of the request
+  int sample_index = 0;                  // which of them this sequence is
 };
 
 class Sequence {
@@ -38,6 +51,7 @@ class Sequence {
   std::vector<int32_t> block_table;  // block ids, in order
   ResolvedSampling sampling;
   int block_size;
+  int64_t request_id;                // the seq_id of sample 0 (== seq_id when n == 1)
 
   int num_tokens() const { return int(token_ids.size()); }
   int num_completion_tokens() const { return num_tokens() - num_prompt_tokens; }
