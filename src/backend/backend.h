@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "runtime/tensor.h"
+#include "distributed/communicator.h"
 #include "runtime/forward_batch.h"
 #include "runtime/logprobs.h"
 
@@ -132,8 +133,14 @@ class Backend {
       out[size_t(b)] = ::nanovllm::compute_logprobs(row.data(), v, tokens[size_t(b)], num_top[size_t(b)]);
     }
   }
-  // Sum over tensor-parallel ranks, in place (single rank: nothing).
-  virtual void all_reduce(Tensor x) {}
+  // Sum over tensor-parallel ranks, in place (single rank: nothing). The default runs the
+  // communicator given by set_communicator (src/distributed) on the caller's thread.
+  virtual void all_reduce(Tensor x) {
+    if (communicator_) communicator_->all_reduce(x);
+  }
+  // The tensor-parallel group this backend's rank belongs to (nullptr: one rank). Not owned.
+  void set_communicator(Communicator* communicator) { communicator_ = communicator; }
+  Communicator* communicator() const { return communicator_; }
 
   // ---- device memory and graphs ----
   virtual DeviceMemory memory_info() const = 0;
@@ -142,6 +149,9 @@ class Backend {
   virtual std::unique_ptr<DeviceGraph> capture_graph(const std::function<void()>& record) {
     return nullptr;
   }
+
+ private:
+  Communicator* communicator_ = nullptr;
 };
 
 struct BackendOptions {

@@ -125,6 +125,7 @@ void Qwen3Model::attention(int layer, const ForwardBatch& batch, const LayerKVCa
     backend_.attention_decode(out3, q, cache, batch, scale);
   }
   backend_.linear(hidden, out, l.o_proj, nullptr);
+  backend_.all_reduce(hidden);  // tensor parallel: sum the ranks' partial products
 }
 
 // hidden [T, H] -> hidden = down(silu(gate(hidden)) * up(hidden))

@@ -1,0 +1,156 @@
+#include "model/tp_shard.h"
+
+#include <fmt/format.h>
+
+namespace nanovllm {
+
+namespace {
+
+// Which query and KV heads rank r holds.
+struct HeadRange {
+  int64_t q_begin, q_count;
+  int64_t kv_begin, kv_count;
+};
+
+HeadRange head_range(const ModelConfig& c, TpShard s) {
+  const int64_t hq = c.num_attention_heads, hkv = c.num_key_value_heads;
+  HeadRange h;
+  h.q_count = hq / s.size;
+  h.q_begin = s.rank * h.q_count;
+  if (hkv >= s.size) {
+    h.kv_count = hkv / s.size;
+    h.kv_begin = s.rank * h.kv_count;
+  } else {
+    h.kv_count = 1;
+    h.kv_begin = int64_t(s.rank) * hkv / s.size;
+  }
+  return h;
+}
+
+class ShardLoader {
+ public:
+  ShardLoader(const Checkpoint& ckpt, Backend& backend, ModelWeights& w)
+      : ckpt_(ckpt), backend_(backend), w_(w) {}
+
+  // Rows [begin, begin + count) of the [n, k] tensor `name`, as bf16 (only they are read).
+  std::vector<uint16_t> rows(const std::string& name, int64_t n, int64_t k, int64_t begin, int64_t count) {
+    const SafetensorsTensor& t = ckpt_.get(name, k ? std::vector<int64_t>{n, k} : std::vector<int64_t>{n});
+    const int64_t width = k ? k : 1;
+    SafetensorsTensor part = t;
+    part.shape = k ? std::vector<int64_t>{count, k} : std::vector<int64_t>{count};
+    part.data = t.data + size_t(begin * width) * dtype_size(t.dtype);
+    part.nbytes = size_t(count * width) * dtype_size(t.dtype);
+    return to_bf16(part, ckpt_.file_of(name));
+  }
+
+  // Columns [begin, begin + count) of every row of the [n, k] tensor `name`.
+  std::vector<uint16_t> cols(const std::string& name, int64_t n, int64_t k, int64_t begin, int64_t count) {
+    const SafetensorsTensor& t = ckpt_.get(name, {n, k});
+    std::vector<uint16_t> out;
+    out.reserve(size_t(n * count));
+    for (int64_t r = 0; r < n; ++r) {
+      SafetensorsTensor part = t;
+      part.shape = {count};
+      part.data = t.data + size_t(r * k + begin) * dtype_size(t.dtype);
+      part.nbytes = size_t(count) * dtype_size(t.dtype);
+      std::vector<uint16_t> row = to_bf16(part, ckpt_.file_of(name));
+      out.insert(out.end(), row.begin(), row.end());
+    }
+    return out;
+  }
+
+  LinearWeight linear(std::vector<uint16_t> w, int64_t n, int64_t k) {
+    NV_CHECK(int64_t(w.size()) == n * k, "{} values for [{}, {}]", w.size(), n, k);
+    return backend_.make_linear_weight(Tensor::contiguous(w.data(), DType::BF16, {n, k}, DeviceKind::CPU));
+  }
+
+  Tensor vector(const std::vector<uint16_t>& v) {
+    Buffer buf = backend_.alloc(v.size() * 2);
+    Tensor t = buf.as(DType::BF16, {int64_t(v.size())});
+    backend_.upload(t, v.data());
+    w_.small.push_back(std::move(buf));
+    return t;
+  }
+
+ private:
+  const Checkpoint& ckpt_;
+  Backend& backend_;
+  ModelWeights& w_;
+};
+
+void append(std::vector<uint16_t>& dst, const std::vector<uint16_t>& src) {
+  dst.insert(dst.end(), src.begin(), src.end());
+}
+
+}  // namespace
+
+ModelConfig shard_config(const ModelConfig& full, int tp) {
+  if (tp < 1) fail("tensor_parallel_size must be >= 1, got {}", tp);
+  const int hq = full.num_attention_heads, hkv = full.num_key_value_heads;
+  if (hq % tp != 0) {
+    fail("tensor parallelism: num_attention_heads {} is not divisible by tensor_parallel_size {}", hq, tp);
+  }
+  if (hkv >= tp ? hkv % tp != 0 : tp % hkv != 0) {
+    fail("tensor parallelism: num_key_value_heads {} and tensor_parallel_size {}: one must divide "
+         "the other", hkv, tp);
+  }
+  if (full.intermediate_size % tp != 0) {
+    fail("tensor parallelism: intermediate_size {} is not divisible by tensor_parallel_size {}",
+         full.intermediate_size, tp);
+  }
+  if (full.vocab_size % tp != 0) {
+    fail("tensor parallelism: vocab_size {} is not divisible by tensor_parallel_size {}", full.vocab_size, tp);
+  }
+  ModelConfig c = full;
+  c.num_attention_heads = hq / tp;
+  c.num_key_value_heads = hkv >= tp ? hkv / tp : 1;
+  c.intermediate_size = full.intermediate_size / tp;
+  c.vocab_size = full.vocab_size / tp;
+  return c;
+}
+
+ModelWeights load_weights_shard(const Checkpoint& ckpt, const ModelConfig& c, TpShard s, Backend& backend) {
+  const ModelConfig local = shard_config(c, s.size);  // every divisibility error comes first
+  if (s.rank < 0 || s.rank >= s.size) fail("tensor parallel rank {} outside [0, {})", s.rank, s.size);
+  ModelWeights w;
+  ShardLoader load(ckpt, backend, w);
+  const int64_t H = c.hidden_size, D = c.head_dim, I = c.intermediate_size, V = c.vocab_size;
+  const int64_t hq = c.num_attention_heads, hkv = c.num_key_value_heads;
+  const HeadRange h = head_range(c, s);
+  const int64_t i_local = local.intermediate_size, v_local = local.vocab_size;
+
+  w.embed_tokens = load.linear(load.rows("model.embed_tokens.weight", V, H, 0, V), V, H);
+  const std::string head = c.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
+  w.lm_head = load.linear(load.rows(head, V, H, s.rank * v_local, v_local), v_local, H);
+  w.norm = load.vector(load.rows("model.norm.weight", H, 0, 0, H));
+  for (int i = 0; i < c.num_hidden_layers; ++i) {
+    const std::string p = fmt::format("model.layers.{}.", i);
+    LayerWeights& l = w.layers.emplace_back();
+    // [(q_count + 2 kv_count) D, H]: this rank's q heads, then its k heads, then its v heads.
+    std::vector<uint16_t> qkv = load.rows(p + "self_attn.q_proj.weight", hq * D, H, h.q_begin * D, h.q_count * D);
+    append(qkv, load.rows(p + "self_attn.k_proj.weight", hkv * D, H, h.kv_begin * D, h.kv_count * D));
+    append(qkv, load.rows(p + "self_attn.v_proj.weight", hkv * D, H, h.kv_begin * D, h.kv_count * D));
+    l.qkv_proj = load.linear(std::move(qkv), (h.q_count + 2 * h.kv_count) * D, H);
+    if (c.attention_bias) {
+      std::vector<uint16_t> b = load.rows(p + "self_attn.q_proj.bias", hq * D, 0, h.q_begin * D, h.q_count * D);
+      append(b, load.rows(p + "self_attn.k_proj.bias", hkv * D, 0, h.kv_begin * D, h.kv_count * D));
+      append(b, load.rows(p + "self_attn.v_proj.bias", hkv * D, 0, h.kv_begin * D, h.kv_count * D));
+      l.qkv_bias = load.vector(b);
+    }
+    l.o_proj = load.linear(load.cols(p + "self_attn.o_proj.weight", H, hq * D, h.q_begin * D, h.q_count * D),
+                           H, h.q_count * D);
+    std::vector<uint16_t> gate_up = load.rows(p + "mlp.gate_proj.weight", I, H, s.rank * i_local, i_local);
+    append(gate_up, load.rows(p + "mlp.up_proj.weight", I, H, s.rank * i_local, i_local));
+    l.gate_up_proj = load.linear(std::move(gate_up), 2 * i_local, H);
+    l.down_proj = load.linear(load.cols(p + "mlp.down_proj.weight", H, I, s.rank * i_local, i_local), H, i_local);
+    l.input_layernorm = load.vector(load.rows(p + "input_layernorm.weight", H, 0, 0, H));
+    l.post_attention_layernorm = load.vector(load.rows(p + "post_attention_layernorm.weight", H, 0, 0, H));
+    if (c.qk_norm) {
+      l.q_norm = load.vector(load.rows(p + "self_attn.q_norm.weight", D, 0, 0, D));
+      l.k_norm = load.vector(load.rows(p + "self_attn.k_norm.weight", D, 0, 0, D));
+    }
+  }
+  return w;
+}
+
+}  // namespace nanovllm

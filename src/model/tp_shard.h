@@ -1,0 +1,38 @@
+#pragma once
+// Tensor-parallel shards of a Qwen3/Qwen2 checkpoint (Megatron / nano-vllm layout):
+//   q/k/v_proj (+ biases)  column-parallel by heads: rank r holds query heads
+//                          [r Hq/tp, (r+1) Hq/tp) and the KV heads they read (GQA rule):
+//                          Hkv >= tp: KV heads [r Hkv/tp, (r+1) Hkv/tp);
+//                          Hkv <  tp: the one KV head r Hkv / tp (replicated on tp/Hkv ranks);
+//   o_proj                 row-parallel: the input columns of those query heads;
+//   gate/up_proj           column-parallel: intermediate rows [r I/tp, (r+1) I/tp);
+//   down_proj              row-parallel: the same intermediate columns;
+//   lm_head                vocab rows [r V/tp, (r+1) V/tp) (tied: sliced from embed_tokens);
+//   embed_tokens, norms    replicated.
+// The outputs of o_proj and down_proj are partial sums: the model all-reduces them
+// (Backend::all_reduce). Each rank's logits cover its vocab rows; rank 0 gathers them.
+// Each rank reads only its slices from the mapped safetensors files.
+#include "backend/backend.h"
+#include "model/hf_config.h"
+#include "model/safetensors.h"
+#include "model/weights.h"
+
+namespace nanovllm {
+
+struct TpShard {
+  int rank = 0;
+  int size = 1;
+};
+
+// The config one rank's model runs with: num_attention_heads, num_key_value_heads,
+// intermediate_size and vocab_size (its lm_head rows) divided as above; everything else equal.
+// Throws Error naming the field that does not divide, before any weight is read.
+ModelConfig shard_config(const ModelConfig& full, int tp_size);
+
+// Loads rank's slices of `full`'s checkpoint (shapes checked against the full config; Error
+// names the file and tensor). The returned weights match shard_config(full, shard.size), except
+// that embed_tokens is the whole [V, H] table and lm_head is always set ([V/tp, H]).
+ModelWeights load_weights_shard(const Checkpoint& checkpoint, const ModelConfig& full,
+                                TpShard shard, Backend& backend);
+
+}  // namespace nanovllm

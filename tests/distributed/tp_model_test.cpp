@@ -1,0 +1,279 @@
+// Tensor-parallel Qwen3 / Qwen2 on thread ranks (TpWorker over model/tp_shard): a prefill of two
+// sequences and greedy decode steps give the same tokens and logits (fp32 activations: only the
+// summation order differs) with TP = 2 and 4 as with TP = 1, and TP = 1 through the shard loader
+// equals the plain loader. Non-dividing shapes, a rank that fails to load and a rank that dies
+// mid-run end every rank with a clear Error.
+#include <chrono>
+#include <cmath>
+#include <functional>
+#include <filesystem>
+#include <mutex>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "distributed/thread_communicator.h"
+#include "engine/tp_worker.h"
+#include "model/model_fixture.h"
+#include "model/safetensors.h"
+#include "model/tp_shard.h"
+#include "model/weights.h"
+
+namespace nanovllm {
+namespace {
+
+constexpr int kBlock = 16, kBlocksPerSeq = 4;
+
+struct Seq {
+  std::vector<int32_t> tokens;
+  int block0;
+};
+
+int32_t slot(const Seq& s, int pos) { return (s.block0 + pos / kBlock) * kBlock + pos % kBlock; }
+
+void fill_common(HostBatch& h, const std::vector<Seq>& seqs) {
+  h.max_num_blocks = kBlocksPerSeq;
+  for (const Seq& s : seqs) {
+    for (int b = 0; b < kBlocksPerSeq; ++b) h.block_tables.push_back(s.block0 + b);
+  }
+}
+
+HostBatch prefill_batch(const std::vector<Seq>& seqs) {
+  HostBatch h;
+  h.is_prefill = true;
+  h.cu_seqlens_q.push_back(0);
+  h.cu_seqlens_k.push_back(0);
+  for (const Seq& s : seqs) {
+    const int n = int(s.tokens.size());
+    for (int p = 0; p < n; ++p) {
+      h.input_ids.push_back(s.tokens[size_t(p)]);
+      h.positions.push_back(p);
+      h.slot_mapping.push_back(slot(s, p));
+    }
+    h.cu_seqlens_q.push_back(h.cu_seqlens_q.back() + n);
+    h.cu_seqlens_k.push_back(h.cu_seqlens_k.back() + n);
+    h.context_lens.push_back(n);
+    h.last_token_indices.push_back(h.cu_seqlens_q.back() - 1);
+    h.max_seqlen_q = std::max(h.max_seqlen_q, n);
+    h.max_seqlen_k = std::max(h.max_seqlen_k, n);
+  }
+  fill_common(h, seqs);
+  return h;
+}
+
+// The last token of each sequence is the new one.
+HostBatch decode_batch(const std::vector<Seq>& seqs) {
+  HostBatch h;
+  h.cu_seqlens_q.push_back(0);
+  h.cu_seqlens_k.push_back(0);
+  for (const Seq& s : seqs) {
+    const int n = int(s.tokens.size());
+    h.input_ids.push_back(s.tokens.back());
+    h.positions.push_back(n - 1);
+    h.slot_mapping.push_back(slot(s, n - 1));
+    h.cu_seqlens_q.push_back(h.cu_seqlens_q.back() + 1);
+    h.cu_seqlens_k.push_back(h.cu_seqlens_k.back() + n);
+    h.context_lens.push_back(n);
+    h.last_token_indices.push_back(int(h.last_token_indices.size()));
+    h.max_seqlen_q = 1;
+    h.max_seqlen_k = std::max(h.max_seqlen_k, n);
+  }
+  fill_common(h, seqs);
+  return h;
+}
+
+struct TpRun {
+  std::vector<std::vector<float>> logits;  // per step, rank 0: [B, V]
+  std::vector<Seq> seqs;                   // prompts + greedy tokens
+  std::vector<std::string> errors;         // per rank
+};
+
+// Rank 0 builds each step, broadcasts it, every rank runs it, rank 0 picks the greedy tokens.
+// `per_rank_model(r)` gives rank r's checkpoint folder; `die_at_step` makes rank 1 throw there.
+TpRun run_tp(int tp, const std::function<std::string(int)>& per_rank_model, int decode_steps,
+             int die_at_step = -1) {
+  TpRun out;
+  out.errors.resize(static_cast<size_t>(tp));
+  auto group = make_thread_group(tp, 60);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < tp; ++r) {
+    ranks.emplace_back([&, r] {
+      try {
+        auto comm = make_thread_communicator(group, r);
+        auto backend = make_backend({.device = "cpu", .num_threads = 1, .device_index = 0});
+        TpWorkerOptions o;
+        o.model = per_rank_model(r);
+        o.max_position = 128;
+        o.max_tokens = 64;
+        o.max_seqs = 4;
+        o.block_size = kBlock;
+        o.kv_cache_bytes = 8 << 20;
+        TpWorker worker(o, *comm, *backend);
+        const int V = worker.full_config().vocab_size;
+        std::vector<Seq> seqs;
+        if (r == 0) {
+          for (int s = 0; s < 2; ++s) {
+            Seq q{{}, s * kBlocksPerSeq};
+            for (int i = 0; i < (s == 0 ? 20 : 7); ++i) q.tokens.push_back((i * 37 + s * 11 + 5) % V);
+            seqs.push_back(q);
+          }
+        }
+        for (int step = 0; step <= decode_steps; ++step) {
+          if (step == die_at_step && r == 1) throw Error("rank 1 crashed");
+          HostBatch h = r == 0 ? (step == 0 ? prefill_batch(seqs) : decode_batch(seqs)) : HostBatch{};
+          broadcast_batch(*comm, h);
+          std::vector<float> logits = worker.forward(h);
+          if (r != 0) continue;
+          for (size_t b = 0; b < seqs.size(); ++b) {
+            const float* row = logits.data() + b * size_t(V);
+            seqs[b].tokens.push_back(int32_t(std::max_element(row, row + V) - row));
+          }
+          out.logits.push_back(std::move(logits));
+        }
+        if (r == 0) out.seqs = seqs;
+      } catch (const std::exception& e) {
+        out.errors[static_cast<size_t>(r)] = e.what();
+      }
+    });
+  }
+  for (auto& t : ranks) t.join();
+  return out;
+}
+
+TpRun run_tp(int tp, const std::string& model, int decode_steps) {
+  return run_tp(tp, [&](int) { return model; }, decode_steps);
+}
+
+class TpModel : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(TpModel, TwoAndFourRanksMatchOneRank) {
+  const std::string model = test::tiny_model(GetParam());
+  const TpRun one = run_tp(1, model, 6);
+  ASSERT_EQ(one.errors[0], "");
+  for (int tp : {2, 4}) {
+    const TpRun many = run_tp(tp, model, 6);
+    for (int r = 0; r < tp; ++r) ASSERT_EQ(many.errors[size_t(r)], "") << "tp " << tp << " rank " << r;
+    ASSERT_EQ(many.seqs.size(), one.seqs.size());
+    for (size_t s = 0; s < one.seqs.size(); ++s) {
+      EXPECT_EQ(many.seqs[s].tokens, one.seqs[s].tokens) << GetParam() << " tp " << tp << " seq " << s;
+    }
+    double worst = 0;
+    for (size_t step = 0; step < one.logits.size(); ++step) {
+      ASSERT_EQ(many.logits[step].size(), one.logits[step].size());
+      for (size_t i = 0; i < one.logits[step].size(); ++i) {
+        double ref = one.logits[step][i], got = many.logits[step][i];
+        worst = std::max(worst, std::fabs(got - ref) / (1e-3 + std::fabs(ref)));
+        ASSERT_NEAR(got, ref, 1e-4 + 1e-4 * std::fabs(ref)) << "tp " << tp << " step " << step << " logit " << i;
+      }
+    }
+    std::printf("%s tp=%d: tokens identical, worst relative logit difference %.2e\n", GetParam().c_str(), tp, worst);
+  }
+}
+
+// TP = 1 through the shard loader equals the plain loader (load_weights + Qwen3Model).
+TEST_P(TpModel, OneRankShardEqualsPlainLoader) {
+  const std::string model = test::tiny_model(GetParam());
+  const TpRun one = run_tp(1, model, 0);
+  ASSERT_EQ(one.errors[0], "");
+  auto backend = make_backend({.device = "cpu", .num_threads = 1, .device_index = 0});
+  ModelConfig c = load_model_config(model);
+  Checkpoint ckpt(model);
+  Qwen3Model plain(c, load_weights(ckpt, c, *backend), *backend, 128);
+  plain.reserve(64, 4);
+  const int64_t L = c.num_hidden_layers, hkv = c.num_key_value_heads, D = c.head_dim, nb = 8;
+  std::vector<uint16_t> kv(size_t(2 * L * nb * kBlock * hkv * D), 0);
+  std::vector<LayerKVCache> cache;
+  for (int64_t l = 0; l < L; ++l) {
+    uint16_t* k = kv.data() + l * nb * kBlock * hkv * D;
+    uint16_t* v = kv.data() + (L + l) * nb * kBlock * hkv * D;
+    cache.push_back({Tensor::contiguous(k, DType::BF16, {nb, kBlock, hkv, D}),
+                     Tensor::contiguous(v, DType::BF16, {nb, kBlock, hkv, D})});
+  }
+  std::vector<Seq> seqs = {{{}, 0}, {{}, kBlocksPerSeq}};
+  for (int s = 0; s < 2; ++s) {
+    for (int i = 0; i < (s == 0 ? 20 : 7); ++i) seqs[size_t(s)].tokens.push_back((i * 37 + s * 11 + 5) % c.vocab_size);
+  }
+  HostBatch h = prefill_batch(seqs);
+  auto ids = [&](std::vector<int32_t>& v) { return Tensor::contiguous(v.data(), DType::I32, {int64_t(v.size())}); };
+  ForwardBatch b;
+  b.host = &h;
+  b.is_prefill = true;
+  b.num_seqs = 2;
+  b.num_tokens = h.num_tokens();
+  b.max_seqlen_q = h.max_seqlen_q;
+  b.max_seqlen_k = h.max_seqlen_k;
+  b.input_ids = ids(h.input_ids);
+  b.positions = ids(h.positions);
+  b.slot_mapping = ids(h.slot_mapping);
+  b.cu_seqlens_q = ids(h.cu_seqlens_q);
+  b.cu_seqlens_k = ids(h.cu_seqlens_k);
+  b.context_lens = ids(h.context_lens);
+  b.block_tables = Tensor::contiguous(h.block_tables.data(), DType::I32, {2, kBlocksPerSeq});
+  b.last_token_indices = ids(h.last_token_indices);
+  Tensor logits = plain.forward(b, cache);
+  std::vector<float> got(size_t(logits.numel()));
+  backend->download(got.data(), logits);
+  ASSERT_EQ(got.size(), one.logits[0].size());
+  for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], one.logits[0][i]) << i;
+}
+
+INSTANTIATE_TEST_SUITE_P(Presets, TpModel, ::testing::Values("tiny", "tiny-qwen2"));
+
+TEST(TpShard, NonDividingShapesNameTheField) {
+  ModelConfig c;
+  c.num_attention_heads = 16, c.num_key_value_heads = 8, c.intermediate_size = 3072, c.vocab_size = 151936;
+  EXPECT_EQ(shard_config(c, 8).num_key_value_heads, 1);
+  EXPECT_EQ(shard_config(c, 16).num_key_value_heads, 1);  // replicated KV heads
+  auto message = [&](const ModelConfig& m, int tp) {
+    try {
+      shard_config(m, tp);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message(c, 3).find("num_attention_heads 16 is not divisible by tensor_parallel_size 3"), std::string::npos);
+  ModelConfig kv = c;
+  kv.num_key_value_heads = 6;
+  EXPECT_NE(message(kv, 4).find("num_key_value_heads 6 and tensor_parallel_size 4"), std::string::npos);
+  ModelConfig inter = c;
+  inter.intermediate_size = 3070;
+  EXPECT_NE(message(inter, 4).find("intermediate_size 3070"), std::string::npos);
+  ModelConfig vocab = c;
+  vocab.vocab_size = 151938;
+  EXPECT_NE(message(vocab, 4).find("vocab_size 151938"), std::string::npos);
+  EXPECT_NE(message(c, 0).find("tensor_parallel_size must be >= 1"), std::string::npos);
+}
+
+TEST(TpShard, NonDividingWorldIsAnErrorOnEveryRank) {
+  const TpRun run = run_tp(3, test::tiny_model("tiny"), 0);  // 4 heads over 3 ranks
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_NE(run.errors[size_t(r)].find("not divisible by tensor_parallel_size 3"), std::string::npos)
+        << run.errors[size_t(r)];
+  }
+}
+
+TEST(TpShard, RankThatFailsToLoadEndsEveryRank) {
+  namespace fs = std::filesystem;
+  const std::string good = test::tiny_model("tiny");
+  const fs::path bad = fs::temp_directory_path() / ("nanovllm-tp-missing-" + std::to_string(::getpid()));
+  fs::create_directories(bad);
+  test::remove_at_exit(bad);
+  fs::copy_file(fs::path(good) / "config.json", bad / "config.json", fs::copy_options::overwrite_existing);
+  auto start = std::chrono::steady_clock::now();
+  const TpRun run = run_tp(2, [&](int r) { return r == 1 ? bad.string() : good; }, 2);
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(s, 30);
+  EXPECT_NE(run.errors[0].find("rank 1 aborted: tensor-parallel rank 1 failed to load"), std::string::npos)
+      << run.errors[0];
+  EXPECT_NE(run.errors[1].find(bad.string()), std::string::npos) << run.errors[1];
+}
+
+TEST(TpShard, RankThatDiesMidRunEndsEveryRank) {
+  const TpRun run = run_tp(2, [](int) { return test::tiny_model("tiny"); }, 4, /*die_at_step=*/2);
+  EXPECT_EQ(run.errors[1], "rank 1 crashed");
+  EXPECT_NE(run.errors[0].find("rank 1 left the group"), std::string::npos) << run.errors[0];
+}
+
+}  // namespace
+}  // namespace nanovllm
