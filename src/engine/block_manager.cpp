@@ -134,22 +134,6 @@ void BlockManager::may_append(Sequence& seq) {
     allocate_block(id, /*forget=*/true);
     seq.block_table.push_back(id);
   }
-  if (!enable_prefix_caching_ || seq.num_tokens() % block_size_ != 0) return;
-  // This step's token fills the last block: publish it (chained to the previous block).
-  int last = seq.num_blocks() - 1;
-  Block& b = blocks_[size_t(seq.block_table[size_t(last)])];
-  if (b.hash) return;
-  std::optional<uint64_t> prefix;
-  uint64_t prev_cache_id = 0;
-  if (last > 0) {
-    const Block& prev = blocks_[size_t(seq.block_table[size_t(last - 1)])];
-    if (!prev.hash) return;  // the chain is broken (e.g. cache disabled midway): stay unpublished
-    prefix = prev.hash;
-    prev_cache_id = prev.cache_id;
-  }
-  std::span<const int32_t> tokens(seq.token_ids.data() + size_t(last) * block_size_,
-                                  size_t(block_size_));
-  publish(b, prefix, prev_cache_id, tokens);
 }
 
 void BlockManager::cache_blocks(Sequence& seq) {

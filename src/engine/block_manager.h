@@ -4,10 +4,10 @@
 // Prefix cache rules:
 //  - Only full blocks are hashed: xxh64 (seed 0) over the previous block's hash as 8 little-endian
 //    bytes (absent for a sequence's first block), then the block's token ids as int64 little-endian.
-//  - A block is published in the cache (hash, token_ids, hash_to_block_id entry) once its KV is, or
-//    in the step being scheduled will be, computed: cache_blocks() after a prefill chunk, and
-//    may_append() when a decode token fills a block. allocate() never publishes blocks it did not
-//    find, so a prompt whose KV is not computed yet is never matched.
+//  - A block is published in the cache (hash, token_ids, hash_to_block_id entry) only once its KV
+//    is computed: cache_blocks() after a step (a prefill chunk, or the decode token that fills the
+//    block). allocate() and may_append() never publish, so a block whose KV is not computed yet
+//    (a prompt being prefilled, a step that failed) is never matched.
 //  - A hit must match the stored token ids AND the stored chain: each published block remembers the
 //    publication id of the block before it, so even a hash collision (forced in tests through the
 //    injectable hash function) never reuses a block computed under another prefix.
@@ -62,10 +62,10 @@ class BlockManager {
 
   // Decode: seq.num_tokens() counts the token computed this step; a block for it must exist.
   bool can_append(const Sequence& seq) const;
-  // Adds a block when that token starts one; publishes the last block when that token fills it.
+  // Adds a block when that token starts one (publishes nothing: the token is not computed yet).
   void may_append(Sequence& seq);
   // Publishes every full block within seq's first seq.num_cached_tokens tokens not published yet
-  // (call after a prefill chunk's KV is computed). No-op without prefix caching.
+  // (call once a step's KV is computed). No-op without prefix caching.
   void cache_blocks(Sequence& seq);
 
   int num_blocks() const { return int(blocks_.size()); }

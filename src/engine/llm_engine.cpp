@@ -31,7 +31,11 @@ void validate_config(const Config& c) {
 
 }  // namespace
 
-LLMEngine::LLMEngine(const Config& config) : config_(config) {
+LLMEngine::LLMEngine(const Config& config) : LLMEngine(config, nullptr) {}
+
+LLMEngine::LLMEngine(const Config& config, std::unique_ptr<Backend> backend,
+                     const RunnerOptions& runner_options)
+    : config_(config) {
   validate_config(config_);
   model_config_ = load_model_config(config_.model);
   generation_config_ = load_generation_config(config_.model);
@@ -44,8 +48,9 @@ LLMEngine::LLMEngine(const Config& config) : config_(config) {
   }
   const std::string tokenizer_path = (std::filesystem::path(config_.model) / "tokenizer.json").string();
   if (std::filesystem::exists(tokenizer_path)) tokenizer_ = Tokenizer::from_file(tokenizer_path);
-  backend_ = make_backend({.device = config_.device, .num_threads = config_.num_threads});
-  model_runner_ = std::make_unique<ModelRunner>(config_, model_config_, *backend_);
+  backend_ = backend ? std::move(backend)
+                     : make_backend({.device = config_.device, .num_threads = config_.num_threads});
+  model_runner_ = std::make_unique<ModelRunner>(config_, model_config_, *backend_, runner_options);
   SchedulerConfig sc;
   sc.max_num_seqs = config_.max_num_seqs;
   sc.max_num_batched_tokens = config_.max_num_batched_tokens;
@@ -82,17 +87,22 @@ StepResult LLMEngine::step() {
   StepResult result;
   auto [seqs, is_prefill] = scheduler_->schedule();
   if (!seqs.empty()) {
-    std::vector<int32_t> token_ids = model_runner_->run(seqs, is_prefill);
-    std::vector<int> before(seqs.size());
-    for (size_t i = 0; i < seqs.size(); ++i) before[i] = seqs[i]->num_tokens();
-    if (is_prefill) {
-      for (const Sequence* s : seqs) result.num_prefill_tokens += s->num_scheduled_tokens;
-    } else {
-      result.num_decode_tokens = int(seqs.size());
-    }
-    scheduler_->postprocess(seqs, token_ids, is_prefill);
-    for (size_t i = 0; i < seqs.size(); ++i) {
-      if (seqs[i]->num_tokens() > before[i]) result.new_tokens.emplace_back(seqs[i]->seq_id, token_ids[i]);
+    try {
+      std::vector<int32_t> token_ids = model_runner_->run(seqs, is_prefill);
+      std::vector<int> before(seqs.size());
+      for (size_t i = 0; i < seqs.size(); ++i) before[i] = seqs[i]->num_tokens();
+      scheduler_->postprocess(seqs, token_ids, is_prefill);
+      if (is_prefill) {
+        for (const Sequence* s : seqs) result.num_prefill_tokens += s->num_scheduled_tokens;
+      } else {
+        result.num_decode_tokens = int(seqs.size());
+      }
+      for (size_t i = 0; i < seqs.size(); ++i) {
+        if (seqs[i]->num_tokens() > before[i]) result.new_tokens.emplace_back(seqs[i]->seq_id, token_ids[i]);
+      }
+    } catch (const std::exception& e) {
+      scheduler_->abort_step(seqs, fmt::format("the step failed: {}", e.what()));
+      result.new_tokens.clear();
     }
   }
   result.finished = scheduler_->take_finished();

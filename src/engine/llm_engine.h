@@ -33,6 +33,9 @@ class LLMEngine {
   static constexpr int kMaxSamples = 1024;  // SamplingParams::n
   static constexpr int kMaxLogprobs = 20;   // SamplingParams::logprobs (vLLM's max_logprobs)
   explicit LLMEngine(const Config& config);  // throws Error for a bad model folder or config
+  // The same on a given backend (tests wrap one to inject faults or fake graphs).
+  LLMEngine(const Config& config, std::unique_ptr<Backend> backend,
+            const RunnerOptions& runner_options = {});
   ~LLMEngine();
 
   // Validates and queues a request; returns its id. Throws Error naming what was wrong (empty
@@ -44,6 +47,10 @@ class LLMEngine {
   // enable_prefix_caching off they compute the prompt themselves).
   int64_t add_request(std::vector<int32_t> prompt, const SamplingParams& params);
   void validate(const std::vector<int32_t>& prompt, const SamplingParams& params) const;
+  // One step: schedule, run, postprocess. A step whose run (or postprocess) throws ends the
+  // sequences it ran with FinishReason::ERROR and the exception's message (in StepResult::finished)
+  // and leaves the rest of the engine as before: their blocks are freed, no prefix-cache hash is
+  // published for KV the step did not compute, and the other requests go on unaffected.
   StepResult step();
   // Ends a waiting or running request between steps and frees its KV blocks; false when it is
   // not waiting or running (finished already, or unknown).

@@ -132,6 +132,7 @@ void Scheduler::postprocess(const std::vector<Sequence*>& seqs,
     } else {
       NV_CHECK(seq.num_cached_tokens == seq.num_tokens() - 1);
       seq.num_cached_tokens = seq.num_tokens();
+      block_manager_.cache_blocks(seq);  // publishes the block this token filled, if it did
     }
     int32_t token = token_ids[i];
     seq.append_token(token);
@@ -149,6 +150,19 @@ void Scheduler::postprocess(const std::vector<Sequence*>& seqs,
     auto it = std::find_if(running_.begin(), running_.end(),
                            [&](const std::unique_ptr<Sequence>& s) { return s.get() == seq; });
     NV_CHECK(it != running_.end(), "finished seq {} is not running", seq->seq_id);
+    finished_.push_back(std::move(*it));
+    running_.erase(it);
+  }
+}
+
+void Scheduler::abort_step(const std::vector<Sequence*>& seqs, const std::string& error) {
+  for (Sequence* seq : seqs) {
+    auto it = std::find_if(running_.begin(), running_.end(),
+                           [&](const std::unique_ptr<Sequence>& s) { return s.get() == seq; });
+    if (it == running_.end()) continue;  // finished by postprocess before it threw
+    if (prefilling_ == seq) prefilling_ = nullptr;
+    seq->error = fmt::format("request {}: {}", seq->seq_id, error);
+    finish(*seq, FinishReason::ERROR);
     finished_.push_back(std::move(*it));
     running_.erase(it);
   }

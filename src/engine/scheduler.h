@@ -22,9 +22,11 @@
 //    When a block cannot be appended the newest running sequence is preempted (deallocated, status
 //    WAITING, pushed to the front of waiting; its tokens so far are recomputed on resume); a
 //    sequence that is the only one left preempts itself.
-//  - postprocess(): prefill advances num_cached_tokens by the chunk and publishes the computed full
-//    blocks in the prefix cache; a chunk short of num_tokens ignores its token. Then the token is
-//    appended; eos (unless ignore_eos) -> STOP, max_tokens or max_model_len tokens -> LENGTH.
+//  - postprocess(): prefill advances num_cached_tokens by the chunk, decode by its token, and the
+//    full blocks now computed are published in the prefix cache (only here: schedule() publishes
+//    nothing, so a step that fails publishes nothing); a chunk short of num_tokens ignores its
+//    token. Then the token is appended; eos (unless ignore_eos) or one of stop_token_ids, once
+//    the output has min_tokens tokens -> STOP, max_tokens or max_model_len tokens -> LENGTH.
 //  - What a step computes (for ModelRunner): prefill, tokens [num_cached_tokens, num_cached_tokens +
 //    num_scheduled_tokens) of each seq, whose token counts only when that reaches num_tokens();
 //    decode, token num_tokens() - 1 (num_cached_tokens == num_tokens() - 1). block_table always
@@ -32,6 +34,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -66,6 +69,11 @@ class Scheduler {
   // Applies one step's sampled tokens (token_ids[i] for seqs[i]).
   void postprocess(const std::vector<Sequence*>& seqs, const std::vector<int32_t>& token_ids,
                    bool is_prefill);
+  // A step over seqs failed (its run or postprocess threw): ends every one of them still running
+  // with FinishReason::ERROR and `error`, freeing its blocks. Nothing was published for the step
+  // (postprocess publishes blocks only once their KV is computed), so the prefix cache and the
+  // other sequences are as before the step.
+  void abort_step(const std::vector<Sequence*>& seqs, const std::string& error);
   // Finished since the last call, in finishing order (errors included).
   std::vector<std::unique_ptr<Sequence>> take_finished();
   // Removes a waiting or running sequence (call between steps), frees its blocks and returns it

@@ -50,13 +50,15 @@ class BlockManagerTest : public ::testing::Test {
     bm->cache_blocks(s);
   }
 
-  // One decode step: token sampled, then scheduled (may_append) and computed.
+  // One decode step: token sampled, then scheduled (may_append) and computed (cache_blocks, as
+  // the scheduler's postprocess does).
   void decode(Sequence& s, int32_t token) {
     s.append_token(token);
     ASSERT_TRUE(bm->can_append(s));
     bm->may_append(s);
     ASSERT_EQ(int(s.block_table.size()), s.num_blocks());
     s.num_cached_tokens = s.num_tokens();
+    bm->cache_blocks(s);
   }
 
   void release_all() {

@@ -535,3 +535,45 @@ TEST(SchedulerSimulation, RandomConfigsRunToCompletion) {
 
 }  // namespace
 }  // namespace nanovllm
+
+namespace nanovllm {
+namespace {
+
+// Failure atomicity at the scheduler: a decode step whose token fills a block publishes nothing
+// before postprocess; abort_step ends the step's sequences with ERROR, frees all their blocks,
+// clears a partial prefill, and leaves waiting sequences to run.
+TEST_F(SchedulerTest, AbortStepPublishesNothingAndFreesEverything) {
+  make(config(1, 6, 16, 4, /*prefix_caching=*/true));
+  Sequence* a = add(7, 5);       // decode step 1 computes position 7: fills block 1
+  Sequence* waiting = add(9, 2, true, 500);  // no prefix in common with a
+  step();  // a's prefill: tokens [0, 6)
+  step();  // a's prefill: token 6; samples token 7
+  const BlockManager& bm = sched->block_manager();
+  ASSERT_EQ(a->num_tokens(), 8);
+  auto [seqs, is_prefill] = sched->schedule();  // decode of position 7
+  ASSERT_FALSE(is_prefill);
+  ASSERT_EQ(seqs, std::vector<Sequence*>{a});
+  EXPECT_FALSE(bm.block_hash(a->block_table[1]).has_value()) << "published before it is computed";
+  sched->abort_step(seqs, "the step failed: boom");
+  for (auto& f : sched->take_finished()) finished.push_back(std::move(f));
+  ASSERT_EQ(finished.size(), 1u);
+  EXPECT_EQ(finished[0].get(), a);
+  EXPECT_EQ(a->finish_reason, FinishReason::ERROR);
+  EXPECT_NE(a->error.find("boom"), std::string::npos);
+  EXPECT_EQ(bm.num_free_blocks(), bm.num_blocks());
+  EXPECT_EQ(sched->num_running(), 0u);
+  // A failed partial prefill: the next prefill is not stuck behind it.
+  auto [chunk, prefill2] = sched->schedule();  // waiting's first chunk (6 of 9 tokens)
+  ASSERT_TRUE(prefill2);
+  ASSERT_EQ(chunk, std::vector<Sequence*>{waiting});
+  sched->abort_step(chunk, "boom again");
+  for (auto& f : sched->take_finished()) finished.push_back(std::move(f));
+  EXPECT_TRUE(sched->is_finished());
+  EXPECT_EQ(bm.num_free_blocks(), bm.num_blocks());
+  Sequence* again = add(9, 2, true, 500);
+  run_to_completion();
+  EXPECT_EQ(finished_seq(again->seq_id)->finish_reason, FinishReason::LENGTH);
+}
+
+}  // namespace
+}  // namespace nanovllm
