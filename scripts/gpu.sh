@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # One command on the GPU machine (../shared/gpu/README.md), after scripts/gpu_prepare.sh ran on
 # the dev machine and .gpu was carried along:
-#   scripts/gpu.sh [PHASE...]     phases: build test bench hf table (default: build test bench table)
+#   scripts/gpu.sh [PHASE...]     phases: build test kernels bench profile hf table
+#                                 (default: build test kernels bench table)
 #   build  unpack the Debian build deps (.gpu/debs), NCCL from PyTorch's venv; configure
 #          build/gpu with CUDA for this GPU's arch only; build the CLI and the cuda tests
 #   test   ctest -L cuda (ops, attention, engine, CPU math), then compute-sanitizer memcheck on
 #          the op tests
+#   kernels  bench_cuda: copy bandwidth, decode/prefill attention and linear figures
 #   bench  probe.py (copy bandwidth, bf16 GEMM rate, measured now), a qwen3-0.6b model,
 #          `nanovllm bench --device cuda` with graphs and with --enforce-eager, and 8 greedy
 #          outputs scored against transformers' fp32 forward (hf_compare.py)
+#   profile  nsys on a 64-sequence bench (when nsys is installed): the top kernels by GPU time
 #   hf     transformers' continuous batching on the same workload (slow: about 4 minutes)
 #   table  the results so far, one table (printed last by every run)
 # Each phase fits the device tool's 10-minute limit; logs and JSON under $OUT (or .gpu/out).
@@ -45,10 +48,10 @@ phase_build() {
   arch=$cap
   [ "$cap" = 90 ] && arch=90a
   cmake -S . -B build/gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DNANOVLLM_CUDA=ON \
-    -DCMAKE_CUDA_ARCHITECTURES="$arch" -DNANOVLLM_BENCH=OFF -DNANOVLLM_PYTHON=OFF \
+    -DCMAKE_CUDA_ARCHITECTURES="$arch" -DNANOVLLM_BENCH=ON -DNANOVLLM_PYTHON=OFF \
     "${nccl_flags[@]}" > "$out/configure.log" 2>&1 || { note build FAIL "configure: see configure.log"; tail -30 "$out/configure.log"; exit 1; }
   if cmake --build build/gpu -j "$(nproc)" --target nanovllm_cli cuda_ops_test cuda_attention_test \
-      cuda_engine_test cuda_math_test > "$out/build.log" 2>&1; then
+      cuda_engine_test cuda_math_test bench_cuda > "$out/build.log" 2>&1; then
     note build ok "sm_$arch, $((SECONDS - t0)) s"
   else
     note build FAIL "see build.log"
@@ -133,6 +136,33 @@ PY
   fi
 }
 
+phase_kernels() {
+  if build/gpu/bench_cuda > "$out/bench_cuda.txt" 2>&1; then
+    note kernels ok "see bench_cuda.txt"
+    cat "$out/bench_cuda.txt" >&2
+  else
+    note kernels FAIL "$(tail -2 "$out/bench_cuda.txt")"
+  fi
+}
+
+phase_profile() {
+  local nsys
+  nsys=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2> /dev/null | head -1)
+  [ -n "$nsys" ] || { note profile FAIL "nsys not found"; return; }
+  [ -f "$model/config.json" ] || { note profile FAIL "no model: run the bench phase first"; return; }
+  timeout 300 "$nsys" profile -f true -o "$out/profile" --stats=false "$bin" bench --model "$model" \
+    --device cuda --num-seqs 64 --no-roofline > "$out/profile_bench.json" 2> "$out/profile.log" &&
+    "$nsys" stats -q --report cuda_gpu_kern_sum --format csv "$out/profile.nsys-rep" > "$out/kernels.csv" 2>> "$out/profile.log"
+  if [ -s "$out/kernels.csv" ]; then
+    note profile ok "top kernels (% of GPU time): $(python3 -c "
+import csv,sys
+rows=[r for r in csv.reader(open('$out/kernels.csv')) if r and r[0].replace('.','',1).isdigit()]
+print('; '.join(f'{r[-1][:40]} {float(r[0]):.1f}%' for r in rows[:6]))")"
+  else
+    note profile FAIL "see profile.log"
+  fi
+}
+
 phase_hf() {
   [ -f "$model/config.json" ] || { note hf FAIL "no model: run the bench phase first"; return; }
   if timeout 540 python3 .gpu/kit/peers/bench_hf_cb.py "$model" > "$out/hf_cb.json" 2> "$out/hf_cb.log"; then
@@ -151,16 +181,18 @@ phase_table() {
 }
 
 phases=("$@")
-[ ${#phases[@]} -eq 0 ] && phases=(build test bench table)
+[ ${#phases[@]} -eq 0 ] && phases=(build test kernels bench table)
 env_setup
 for p in "${phases[@]}"; do
   case "$p" in
     build) phase_build ;;
     test) phase_test ;;
+    kernels) phase_kernels ;;
     bench) phase_bench ;;
+    profile) phase_profile ;;
     hf) phase_hf ;;
     table) ;;
-    *) echo "gpu.sh: unknown phase '$p' (build test bench hf table)" >&2; exit 2 ;;
+    *) echo "gpu.sh: unknown phase '$p' (build test kernels bench profile hf table)" >&2; exit 2 ;;
   esac
 done
 phase_table

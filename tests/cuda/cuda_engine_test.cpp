@@ -35,7 +35,8 @@ Config cuda_config(const std::string& model) {
   return c;
 }
 
-Prompts generate(const Config& config, const Prompts& prompts, const SamplingParams& sp) {
+Prompts generate(const Config& config, const Prompts& prompts, const SamplingParams& sp,
+                 int64_t* preemptions = nullptr) {
   LLM llm(config);
   Prompts ids;
   for (const GenerationOutput& o : llm.generate(prompts, {sp})) {
@@ -44,6 +45,7 @@ Prompts generate(const Config& config, const Prompts& prompts, const SamplingPar
   }
   EXPECT_EQ(llm.engine().scheduler().block_manager().num_free_blocks(),
             llm.engine().model_runner().num_kv_blocks());
+  if (preemptions) *preemptions = llm.engine().scheduler().num_preemptions();
   return ids;
 }
 
@@ -135,11 +137,15 @@ TEST_P(CudaEngine, PrefixCachePreemptionChunkedPrefill) {
   Config off = base, small = base, chunked = base;
   off.enable_prefix_caching = false;
   small.kv_cache_memory = 12 * test::kv_block_bytes(model, base.block_size);
+  small.max_model_len = 12 * 16 + 1;  // what 12 blocks hold (a longer one is refused)
   chunked.max_num_batched_tokens = 32;
   const SamplingParams sp = greedy_params(24);
   expect_reference_tokens(generate(base, prompts, sp), prompts, reference, 24, 3e-2, 6, "prefix cache on");
   expect_reference_tokens(generate(off, prompts, sp), prompts, reference, 24, 3e-2, 6, "prefix cache off");
-  expect_reference_tokens(generate(small, prompts, sp), prompts, reference, 24, 3e-2, 6, "preemption");
+  int64_t preemptions = 0;
+  expect_reference_tokens(generate(small, prompts, sp, &preemptions), prompts, reference, 24, 3e-2,
+                          6, "preemption");
+  EXPECT_GT(preemptions, 0) << "12 blocks should have forced a preemption";
   expect_reference_tokens(generate(chunked, prompts, sp), prompts, reference, 24, 3e-2, 6, "chunked prefill");
 }
 

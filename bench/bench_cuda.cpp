@@ -1,0 +1,138 @@
+// CUDA kernel figures on the Qwen3-0.6B shapes with napkin math (needs a GPU; elsewhere it
+// prints why and exits 1). Each figure is the median of 20 timed runs after 3 warm-ups.
+//   copy:    a 1 GiB device-to-device copy: (read + write) bytes / s, the bandwidth yardstick
+//   decode:  attention_decode, 16 q / 8 kv heads, D 128, 256-token blocks, batch 1 / 32 / 256
+//            at context 1024: bytes = K and V rows read (B * ctx * 8 * 128 * 2 B * 2)
+//   prefill: attention_prefill of one 1024-token prompt: 4 * D * Hq * T(T+1)/2 FLOPs
+//   linear:  x[M, 1024] @ w[3072, 1024]^T for M = 1, 16 (GEMV: weight bytes / s) and 256, 4096
+//            (cuBLASLt: FLOP/s)
+//   bench_cuda
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <random>
+#include <vector>
+
+#include "backend/backend.h"
+#include "runtime/forward_batch.h"
+
+using namespace nanovllm;
+
+namespace {
+
+double median_seconds(Backend& be, const std::function<void()>& fn) {
+  for (int i = 0; i < 3; ++i) fn();
+  be.synchronize();
+  std::vector<double> t;
+  for (int i = 0; i < 20; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    fn();
+    be.synchronize();
+    t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+Tensor alloc(Backend& be, std::vector<Buffer>& keep, DType dt, std::initializer_list<int64_t> shape) {
+  Tensor t = Tensor::contiguous(nullptr, dt, shape, be.device());
+  keep.push_back(be.alloc(t.nbytes()));
+  t.data = keep.back().data();
+  be.fill_zero(t);
+  return t;
+}
+
+template <typename T>
+Tensor put(Backend& be, std::vector<Buffer>& keep, const std::vector<T>& v, DType dt) {
+  Tensor t = alloc(be, keep, dt, {int64_t(v.size())});
+  be.upload(t, v.data());
+  return t;
+}
+
+}  // namespace
+
+int main() {
+  BackendOptions o;
+  o.device = "cuda";
+  std::unique_ptr<Backend> be;
+  try {
+    be = make_backend(o);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_cuda needs a GPU: %s\n", e.what());
+    return 1;
+  }
+  std::printf("%s\n", be->describe().c_str());
+  std::vector<Buffer> keep;
+
+  const int64_t copy_bytes = int64_t(1) << 30;
+  Tensor a = alloc(*be, keep, DType::BF16, {copy_bytes / 2}), b = alloc(*be, keep, DType::BF16, {copy_bytes / 2});
+  const double tc = median_seconds(*be, [&] { be->copy(b, a); });
+  const double copy_gbs = 2.0 * double(copy_bytes) / tc / 1e9;
+  std::printf("copy 1 GiB: %.3f ms -> %.0f GB/s (read + write)\n", tc * 1e3, copy_gbs);
+
+  // Decode attention over a cache with a random block permutation.
+  const int64_t hq = 16, hkv = 8, d = 128, bs = 256, ctx = 1024;
+  for (int64_t B : {1, 32, 256}) {
+    const int64_t blocks_per_seq = ctx / bs, width = blocks_per_seq + 1, nb = B * blocks_per_seq;
+    LayerKVCache cache{alloc(*be, keep, DType::BF16, {nb, bs, hkv, d}),
+                       alloc(*be, keep, DType::BF16, {nb, bs, hkv, d})};
+    std::vector<int32_t> perm(static_cast<size_t>(nb));
+    for (int64_t i = 0; i < nb; ++i) perm[size_t(i)] = int32_t(i);
+    std::shuffle(perm.begin(), perm.end(), std::mt19937(1));
+    std::vector<int32_t> tables(static_cast<size_t>(B * width), -1), lens(static_cast<size_t>(B), int32_t(ctx));
+    for (int64_t s = 0; s < B; ++s)
+      for (int64_t j = 0; j < blocks_per_seq; ++j) tables[size_t(s * width + j)] = perm[size_t(s * blocks_per_seq + j)];
+    HostBatch h;
+    ForwardBatch fb;
+    fb.host = &h;
+    fb.num_seqs = int(B);
+    fb.num_tokens = int(B);
+    fb.context_lens = put(*be, keep, lens, DType::I32);
+    Tensor bt = alloc(*be, keep, DType::I32, {B, width});
+    be->upload(bt, tables.data());
+    fb.block_tables = bt;
+    Tensor q = alloc(*be, keep, DType::BF16, {B, hq, d}), out = alloc(*be, keep, DType::BF16, {B, hq, d});
+    const double t = median_seconds(*be, [&] { be->attention_decode(out, q, cache, fb, 0.088f); });
+    const double bytes = double(B * ctx * hkv * d * 2 * 2);
+    std::printf("attention_decode B=%lld ctx=%lld: %.1f us -> %.0f GB/s (%.0f%% of copy)\n",
+                (long long)B, (long long)ctx, t * 1e6, bytes / t / 1e9, 100 * bytes / t / 1e9 / copy_gbs);
+  }
+
+  {  // Prefill attention, one 1024-token prompt.
+    const int64_t T = 1024, nb = T / bs;
+    LayerKVCache cache{alloc(*be, keep, DType::BF16, {nb, bs, hkv, d}),
+                       alloc(*be, keep, DType::BF16, {nb, bs, hkv, d})};
+    std::vector<int32_t> table = {0, 1, 2, 3, -1}, cu = {0, int32_t(T)}, lens = {int32_t(T)};
+    HostBatch h;
+    ForwardBatch fb;
+    fb.host = &h;
+    fb.is_prefill = true;
+    fb.num_seqs = 1;
+    fb.num_tokens = int(T);
+    fb.max_seqlen_q = int(T);
+    fb.cu_seqlens_q = put(*be, keep, cu, DType::I32);
+    fb.context_lens = put(*be, keep, lens, DType::I32);
+    Tensor bt = alloc(*be, keep, DType::I32, {1, 5});
+    be->upload(bt, table.data());
+    fb.block_tables = bt;
+    Tensor q = alloc(*be, keep, DType::BF16, {T, hq, d}), out = alloc(*be, keep, DType::BF16, {T, hq, d});
+    const double t = median_seconds(*be, [&] { be->attention_prefill(out, q, cache, fb, 0.088f); });
+    const double flops = 4.0 * double(d * hq) * double(T * (T + 1) / 2);
+    std::printf("attention_prefill T=%lld: %.1f us -> %.1f TFLOP/s\n", (long long)T, t * 1e6, flops / t / 1e12);
+  }
+
+  {  // Linear.
+    const int64_t n = 3072, k = 1024;
+    std::vector<uint16_t> wh(static_cast<size_t>(n * k), 0x3c00);
+    LinearWeight w = be->make_linear_weight(Tensor::contiguous(wh.data(), DType::BF16, {n, k}));
+    for (int64_t m : {1, 16, 256, 4096}) {
+      Tensor x = alloc(*be, keep, DType::BF16, {m, k}), y = alloc(*be, keep, DType::BF16, {m, n});
+      const double t = median_seconds(*be, [&] { be->linear(y, x, w, nullptr); });
+      std::printf("linear M=%lld [%lld x %lld]: %.1f us -> %.0f GB/s of weights, %.1f TFLOP/s\n",
+                  (long long)m, (long long)n, (long long)k, t * 1e6, double(n * k * 2) / t / 1e9,
+                  2.0 * double(m * n * k) / t / 1e12);
+    }
+  }
+  return 0;
+}
