@@ -24,9 +24,9 @@ int bucket_for(const std::vector<int>& buckets, int num_seqs) {
 }
 
 bool GraphRunner::capture(Backend& backend, const std::vector<int>& buckets,
-                          const Prepare& prepare, const Forward& forward) {
+                          const Prepare& prepare, const Forward& forward, Tensor probe) {
   graphs_.clear();
-  if (!backend.capture_graph([] {})) return false;  // no graphs on this backend: ask cheaply
+  if (!backend.capture_graph([&] { backend.fill_zero(probe); })) return false;
   forward_ = forward;
   for (auto it = buckets.rbegin(); it != buckets.rend(); ++it) {
     const int bucket = *it;

@@ -29,9 +29,10 @@ class GraphRunner {
 
   // Captures forward() for each bucket, largest first, each after one eager run (so a backend
   // picks its algorithms and scratch outside the capture). Returns false, capturing nothing, when
-  // the backend has no graphs (asked first with an empty record).
+  // the backend has no graphs: asked first with a graph that only clears `probe` (a small device
+  // tensor), so a backend without graphs costs no forward.
   bool capture(Backend& backend, const std::vector<int>& buckets, const Prepare& prepare,
-               const Forward& forward);
+               const Forward& forward, Tensor probe);
   bool has(int bucket) const { return graphs_.count(bucket) != 0; }
   int num_graphs() const { return int(graphs_.size()); }
   int64_t num_replays() const { return num_replays_; }

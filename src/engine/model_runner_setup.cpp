@@ -129,7 +129,8 @@ void ModelRunner::capture_graphs() {
     return batch_;
   };
   auto forward = [this](const ForwardBatch& batch) { return model_->forward(batch, kv_cache_); };
-  if (graphs_.capture(backend_, buckets_, prepare, forward)) pad_decode_ = true;
+  Tensor probe = sampled_buf_.as(DType::I32, {1});
+  if (graphs_.capture(backend_, buckets_, prepare, forward, probe)) pad_decode_ = true;
 }
 
 }  // namespace nanovllm

@@ -103,7 +103,7 @@ TEST_F(GraphReady, FakeGraphsReplayTheSameTokens) {
   LLMEngine graphed(config, std::move(backend), {.pad_decode = std::nullopt, .warmup = true});
   const ModelRunner& runner = graphed.model_runner();
   EXPECT_EQ(runner.graphs().num_graphs(), 6);
-  EXPECT_EQ(wrapped->num_captures, 1 + 6);  // the empty probe, then one per bucket
+  EXPECT_EQ(wrapped->num_captures, 1 + 6);  // the probe, then one per bucket
   EXPECT_TRUE(runner.pads_decode()) << "graphs imply padded decode batches";
   EXPECT_EQ(run_greedy(graphed, prompts), want);
   EXPECT_GT(runner.graphs().num_replays(), 0);
