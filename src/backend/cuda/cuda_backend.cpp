@@ -23,6 +23,13 @@ void cublas_failed(const char* op, const char* call, int status) {
 
 namespace {
 
+bool same_shape(const Tensor& a, const Tensor& b) {
+  if (a.ndim != b.ndim) return false;
+  for (int d = 0; d < a.ndim; ++d)
+    if (a.shape[d] != b.shape[d]) return false;
+  return true;
+}
+
 void check_act(const Tensor& t, const char* what) {
   NV_CHECK(t.device == DeviceKind::CUDA && t.dtype == DType::BF16 && t.ndim >= 2 && t.ndim <= 3 &&
                t.stride[t.ndim - 1] == 1,
@@ -54,7 +61,7 @@ Rows rows_of(const Tensor& t) {
 
 void check_cache(const LayerKVCache& c) {
   NV_CHECK(c.k.ndim == 4 && c.k.dtype == DType::BF16 && c.k.is_contiguous() &&
-               c.v.is_contiguous() && c.v.dtype == DType::BF16 && c.k.shape == c.v.shape,
+               c.v.is_contiguous() && c.v.dtype == DType::BF16 && same_shape(c.k, c.v),
            "cuda KV cache k {} v {}: expected bf16 [num_blocks, block_size, Hkv, D]",
            c.k.describe(), c.v.describe());
 }
@@ -80,7 +87,7 @@ void check_attention(const Tensor& out, const Tensor& q, const LayerKVCache& cac
                q.stride[1] % 8 == 0 && q.stride[0] % 8 == 0,
            "cuda {}: q {} for a cache of {} ({} rows)", what, q.describe(), cache.k.describe(), rows);
   NV_CHECK(out.ndim == 3 && out.dtype == DType::BF16 && out.is_contiguous() &&
-               out.shape == q.shape,
+               same_shape(out, q),
            "cuda {}: out {} for q {}", what, out.describe(), q.describe());
   NV_CHECK(attention_head_dim_supported(d),
            "cuda {}: head_dim {} (supported: 16, 32, 64, 128, 256)", what, d);
@@ -305,7 +312,7 @@ void CudaBackend::rms_norm(Tensor out, Tensor x, Tensor weight, float eps) {
   check_act(x, "rms_norm x");
   check_act(out, "rms_norm out");
   const int64_t d = x.size(-1);
-  NV_CHECK(out.ndim == x.ndim && out.shape == x.shape && weight.ndim == 1 &&
+  NV_CHECK(same_shape(out, x) && weight.ndim == 1 &&
                weight.dtype == DType::BF16 && weight.shape[0] == d,
            "cuda rms_norm out {} x {} weight {}", out.describe(), x.describe(), weight.describe());
   launch_rms_norm(rows_of(out), rows_of(x), weight.ptr<const uint16_t>(), d, eps, stream_);
@@ -314,7 +321,7 @@ void CudaBackend::rms_norm(Tensor out, Tensor x, Tensor weight, float eps) {
 void CudaBackend::add_rms_norm(Tensor x, Tensor residual, Tensor weight, float eps) {
   check_act(x, "add_rms_norm x");
   check_act(residual, "add_rms_norm residual");
-  NV_CHECK(x.ndim == 2 && residual.ndim == 2 && x.shape == residual.shape && weight.ndim == 1 &&
+  NV_CHECK(x.ndim == 2 && residual.ndim == 2 && same_shape(x, residual) && weight.ndim == 1 &&
                weight.dtype == DType::BF16 && weight.shape[0] == x.shape[1],
            "cuda add_rms_norm x {} residual {} weight {}", x.describe(), residual.describe(),
            weight.describe());
