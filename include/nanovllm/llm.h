@@ -18,8 +18,8 @@ class LLMEngine;
 
 struct GenerationOutput {
   std::vector<int32_t> token_ids;  // completion tokens only (an eos or stop token that stopped
-                                   // it included; with a stop string, the tokens generated up to
-                                   // the step that completed it)
+                                   // it included; with a stop string, up to the token that
+                                   // completed it)
   std::string finish_reason;       // "stop" (eos, stop_token_ids, a stop string), "length"
                                    // (max_tokens / max_model_len), "error"
   std::string error;               // the reason, when finish_reason == "error"
@@ -39,6 +39,20 @@ struct GenerationOutput {
 // GenerationOutput::text (of sample 0 when n > 1: only sample 0 streams).
 using StreamCallback = std::function<void(size_t index, const std::string& delta)>;
 
+// Where a generate call stands: samples finished of num_total, and what the engine's steps did
+// since the call began (tokens, and wall seconds of prefill and of decode steps).
+struct GenerateProgress {
+  int num_finished = 0;
+  int num_total = 0;
+  int64_t num_steps = 0;
+  int64_t num_prefill_tokens = 0, num_decode_tokens = 0;
+  double prefill_seconds = 0, decode_seconds = 0;
+};
+// Called on generate's calling thread after engine steps and at least every 100 ms while it runs
+// (the Python package draws its progress bar and checks for Ctrl-C there). It may throw: the
+// call's unfinished requests are then aborted and generate rethrows the exception.
+using ProgressCallback = std::function<void(const GenerateProgress&)>;
+
 struct ChatOptions {
   nlohmann::ordered_json tools = nullptr;     // null or an array of tool definitions
   bool add_generation_prompt = true;
@@ -56,11 +70,13 @@ class LLM {
   // Throws nanovllm::Error for an invalid request (nothing is run then).
   std::vector<GenerationOutput> generate(const std::vector<std::vector<int32_t>>& prompts,
                                          const std::vector<SamplingParams>& params,
-                                         const StreamCallback& on_text = nullptr);
+                                         const StreamCallback& on_text = nullptr,
+                                         const ProgressCallback& on_progress = nullptr);
   // Text prompts, encoded with the model's tokenizer (special-token text is parsed).
   std::vector<GenerationOutput> generate(const std::vector<std::string>& prompts,
                                          const std::vector<SamplingParams>& params,
-                                         const StreamCallback& on_text = nullptr);
+                                         const StreamCallback& on_text = nullptr,
+                                         const ProgressCallback& on_progress = nullptr);
   // The model's chat template applied to messages ([{"role": ..., "content": ...}, ...]).
   std::string apply_chat_template(const nlohmann::ordered_json& messages,
                                   const ChatOptions& options = {}) const;

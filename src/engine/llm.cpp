@@ -1,5 +1,6 @@
 #include "nanovllm/llm.h"
 
+#include <chrono>
 #include <condition_variable>
 #include <mutex>
 #include <optional>
@@ -7,6 +8,7 @@
 #include "engine/async_llm_engine.h"
 #include "engine/llm_engine.h"
 #include "engine/stop_checker.h"
+#include "tokenizer/incremental_detokenizer.h"
 #include "runtime/sampling_rng.h"
 #include "tokenizer/chat_template.h"
 #include "util/progress_bar.h"
@@ -27,6 +29,7 @@ struct Job {
   SamplingParams params;  // n = 1, this sample's seed
   std::shared_ptr<RequestStream> stream;  // null until submitted
   std::optional<StopChecker> stop;
+  std::optional<IncrementalDetokenizer> detokenizer;  // with stop strings: text token by token
   int num_tokens = 0;
   bool stopped = false;  // a stop string matched: the request was aborted
   bool done = false;
@@ -42,7 +45,8 @@ struct Job {
 // text; a match aborts the request and the output ends with finish_reason "stop".
 std::vector<GenerationOutput> LLM::generate(const std::vector<std::vector<int32_t>>& prompts,
                                             const std::vector<SamplingParams>& params,
-                                            const StreamCallback& on_text) {
+                                            const StreamCallback& on_text,
+                                            const ProgressCallback& on_progress) {
   if (params.size() != 1 && params.size() != prompts.size()) {
     fail("generate: {} sampling params for {} prompts (give 1 or one per prompt)", params.size(),
          prompts.size());
@@ -73,22 +77,39 @@ std::vector<GenerationOutput> LLM::generate(const std::vector<std::vector<int32_
       if (k > 0 && job->params.seed) job->params.seed = sample_seed(*job->params.seed, k);
       if (!job->params.stop.empty()) {
         job->stop.emplace(job->params.stop, job->params.include_stop_str_in_output);
+        job->detokenizer.emplace(*tokenizer, job->params.skip_special_tokens);
       }
       jobs.push_back(std::move(job));
     }
   }
   ProgressBar bar(int(jobs.size()), "Generating", show_progress_);
+  std::mutex progress_mu;  // guards progress and last_step (written by the engine thread)
+  GenerateProgress progress;
+  auto last_step = std::chrono::steady_clock::now();
   {
     AsyncLLMEngine async(*engine_);
-    async.set_step_observer([&bar](const StepInfo& s) {
+    async.set_step_observer([&](const StepInfo& s) {
       bar.update(s.num_finished, s.num_prefill_tokens, s.num_decode_tokens);
+      std::lock_guard lock(progress_mu);
+      auto now = std::chrono::steady_clock::now();
+      double dt = std::chrono::duration<double>(now - last_step).count();
+      last_step = now;
+      ++progress.num_steps;
+      progress.num_prefill_tokens += s.num_prefill_tokens;
+      progress.num_decode_tokens += s.num_decode_tokens;
+      (s.num_prefill_tokens > 0 ? progress.prefill_seconds : progress.decode_seconds) += dt;
     });
     std::mutex mu;
     std::condition_variable cv;
     bool woken = false;
+    // Joins the engine thread before mu and cv go, also when a callback throws.
+    struct JoinFirst {
+      AsyncLLMEngine& async;
+      ~JoinFirst() { async.shutdown(); }
+    } join_first{async};
     auto submit = [&](Job& job) {
       RequestOptions options;
-      options.detokenize = tokenizer != nullptr;
+      options.detokenize = tokenizer != nullptr && !job.stop;  // stop strings: our own
       options.skip_special_tokens = job.params.skip_special_tokens;
       job.stream = async.add_request(prompts[job.prompt], job.params, options);
       job.stream->set_notify([&] {
@@ -103,13 +124,25 @@ std::vector<GenerationOutput> LLM::generate(const std::vector<std::vector<int32_
     auto handle = [&](Job& job, const RequestEvent& e) {
       GenerationOutput& out = job.out;
       if (!job.stopped) {
-        out.token_ids.insert(out.token_ids.end(), e.token_ids.begin(), e.token_ids.end());
-        job.num_tokens += int(e.token_ids.size());
-        out.logprobs.insert(out.logprobs.end(), e.logprobs.begin(), e.logprobs.end());
-        std::string shown = e.text;
-        if (job.stop) {
-          shown = job.stop->add(e.text, job.num_tokens >= job.params.min_tokens);
-          if (e.finished) shown += job.stop->finish();
+        std::string shown;
+        if (!job.stop) {
+          out.token_ids.insert(out.token_ids.end(), e.token_ids.begin(), e.token_ids.end());
+          out.logprobs.insert(out.logprobs.end(), e.logprobs.begin(), e.logprobs.end());
+          job.num_tokens += int(e.token_ids.size());
+          shown = e.text;
+        } else {
+          // Token by token, so that the output ends with the token that completed the match.
+          for (size_t t = 0; t < e.token_ids.size() && !job.stop->stopped(); ++t) {
+            out.token_ids.push_back(e.token_ids[t]);
+            if (t < e.logprobs.size()) out.logprobs.push_back(e.logprobs[t]);
+            ++job.num_tokens;
+            shown += job.stop->add(job.detokenizer->add(e.token_ids[t]),
+                                   job.num_tokens >= job.params.min_tokens);
+          }
+          if (e.finished && !job.stop->stopped()) {
+            shown += job.stop->add(job.detokenizer->finish(), job.num_tokens >= job.params.min_tokens);
+            shown += job.stop->finish();
+          }
         }
         out.text += shown;
         if (on_text && job.sample == 0 && !shown.empty()) on_text(job.prompt, shown);
@@ -154,6 +187,16 @@ std::vector<GenerationOutput> LLM::generate(const std::vector<std::vector<int32_
           }
         }
       }
+      if (on_progress) {
+        GenerateProgress p;
+        {
+          std::lock_guard lock(progress_mu);
+          p = progress;
+        }
+        p.num_finished = int(jobs.size() - remaining);
+        p.num_total = int(jobs.size());
+        on_progress(p);
+      }
       if (!any && remaining > 0) {
         std::unique_lock lock(mu);
         cv.wait_for(lock, std::chrono::milliseconds(100), [&] { return woken; });
@@ -175,12 +218,13 @@ std::vector<GenerationOutput> LLM::generate(const std::vector<std::vector<int32_
 
 std::vector<GenerationOutput> LLM::generate(const std::vector<std::string>& prompts,
                                             const std::vector<SamplingParams>& params,
-                                            const StreamCallback& on_text) {
+                                            const StreamCallback& on_text,
+                                            const ProgressCallback& on_progress) {
   const Tokenizer& tokenizer = engine_->require_tokenizer();
   std::vector<std::vector<int32_t>> ids;
   ids.reserve(prompts.size());
   for (const std::string& p : prompts) ids.push_back(tokenizer.encode(p));
-  return generate(ids, params, on_text);
+  return generate(ids, params, on_text, on_progress);
 }
 
 std::string LLM::apply_chat_template(const nlohmann::ordered_json& messages,

@@ -349,7 +349,7 @@ TEST(SamplingEngine, StopStringsOverDetokenizedText) {
     EXPECT_EQ(out.stop_reason, stop);
     EXPECT_EQ(out.text, base.text.substr(0, at + (include ? stop.size() : 0))) << "include " << include;
     EXPECT_EQ(streamed, out.text);
-    EXPECT_LT(out.token_ids.size(), base.token_ids.size());
+    EXPECT_EQ(out.token_ids.size(), k + 2) << "ends with the token that completed the match";
     EXPECT_EQ(std::vector<int32_t>(base.token_ids.begin(), base.token_ids.begin() + ptrdiff_t(out.token_ids.size())), out.token_ids);
     if (!include) {
       // No streamed prefix ends with a non-empty prefix of the stop string.

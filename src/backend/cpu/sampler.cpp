@@ -4,7 +4,9 @@
 // change:
 //   - the race over the whole vocabulary scores only d_i >= -21: the maximum (d = 0) scores at
 //     least -log(-log(u_min)) > -2.9 and any d scores at most d + 16.7 (u in (0, 1), 23 bits);
-//   - top-p over the whole candidate set sorts only d_i >= -40 unless the cut needs more.
+//   - top-p over the whole vocabulary sorts only the tokens with d_i >= t, t widening from -2 to
+//     -54 (then all), until their mass can reach top_p * z: they are the first tokens of the
+//     full order, so the cut is the one a full sort finds.
 // Processing (penalties, bias, masks) touches only the tokens of the sequence's TokenAdjust table.
 #include <algorithm>
 #include <cmath>
@@ -34,10 +36,16 @@ struct Better {
   bool operator()(int32_t a, int32_t b) const { return d[a] > d[b] || (d[a] == d[b] && a < b); }
 };
 
+// First index of the maximum, NaN counting as -inf (all -inf / NaN: 0).
 int32_t argmax(const float* x, int64_t n) {
   int64_t best = 0;
-  for (int64_t i = 1; i < n; ++i)
-    if (x[i] > x[best]) best = i;
+  float bv = clean_logit(x[0]);
+  for (int64_t i = 1; i < n; ++i) {
+    if (x[i] > bv) {  // false for NaN
+      best = i;
+      bv = x[i];
+    }
+  }
   return int32_t(best);
 }
 
@@ -114,14 +122,15 @@ bool top_p_cut(const float* d, std::vector<int32_t>& sorted, double z, float top
   return false;
 }
 
-// The token of one sequence; y holds its processed logits (step 1), d is scratch.  y, d: [v]
+// The token of one sequence; y holds its processed logits (step 1) but for NaN, which counts as
+// -inf here; d is scratch.  y, d: [v]
 int32_t sample_processed(const float* y, int64_t v, const SampleParams& p, std::vector<float>& dbuf) {
   if (p.temperature == 0.0f) return argmax(y, v);
-  const float m = y[argmax(y, v)];
+  const float m = clean_logit(y[argmax(y, v)]);
   if (m == -INFINITY) return 0;  // every logit -inf or NaN
   dbuf.resize(size_t(v));
   float* d = dbuf.data();
-  for (int64_t i = 0; i < v; ++i) d[i] = scaled_logit(y[i], m, p.temperature);
+  for (int64_t i = 0; i < v; ++i) d[i] = scaled_logit(clean_logit(y[i]), m, p.temperature);
   const bool use_min_p = p.min_p > 0.0f;
   const bool use_top_k = p.top_k > 0 && p.top_k < v;
   const bool use_top_p = p.top_p < 1.0f;
@@ -152,18 +161,29 @@ int32_t sample_processed(const float* y, int64_t v, const SampleParams& p, std::
     top_p_cut(d, kept, z, p.top_p);  // not reaching top_p * z (rounding): keep them all
     return race(d, kept, p);
   }
-  // top_p over the whole vocabulary.
+  // top_p over the whole vocabulary: the tokens with d >= t are exactly the first ones of the full
+  // order, so sort only those, widening t until their mass can reach top_p * z.
   double z = 0.0;
   for (int64_t i = 0; i < v; ++i) z += std::exp(double(d[i]));
-  for (int64_t i = 0; i < v; ++i)
-    if (d[i] >= -40.0f) kept.push_back(int32_t(i));
-  std::sort(kept.begin(), kept.end(), Better{d});
-  if (!top_p_cut(d, kept, z, p.top_p)) {  // the cut lies in the far tail: sort it all
-    kept.resize(size_t(v));
-    for (int64_t i = 0; i < v; ++i) kept[size_t(i)] = int32_t(i);
+  const double target = double(p.top_p) * z;
+  for (float t : {-2.0f, -6.0f, -18.0f, -54.0f}) {
+    kept.clear();
+    double mass = 0.0;
+    for (int64_t i = 0; i < v; ++i) {
+      if (d[i] >= t) {
+        kept.push_back(int32_t(i));
+        mass += std::exp(double(d[i]));
+      }
+    }
+    if (mass < target * (1.0 - 1e-9)) continue;  // cannot reach it (beyond rounding)
     std::sort(kept.begin(), kept.end(), Better{d});
-    top_p_cut(d, kept, z, p.top_p);
+    if (top_p_cut(d, kept, z, p.top_p)) return race(d, kept, p);
   }
+  // The cut lies in the far tail: sort it all.
+  kept.resize(size_t(v));
+  for (int64_t i = 0; i < v; ++i) kept[size_t(i)] = int32_t(i);
+  std::sort(kept.begin(), kept.end(), Better{d});
+  top_p_cut(d, kept, z, p.top_p);
   return race(d, kept, p);
 }
 
@@ -197,16 +217,18 @@ void CpuBackend::sample(Tensor out, Tensor logits, const ForwardBatch& batch) {
                      hb.seeds[size_t(b)], hb.sample_offsets[size_t(b)]};
       NV_CHECK(p.temperature >= 0.0f, "temperature {} of seq {}", p.temperature, b);
       const float* x = logits.ptr<const float>() + b * logits.stride[0];
-      // Step 1 into ybuf: clean every logit, then the table's tokens.
-      ybuf.resize(size_t(v));
-      float* y = ybuf.data();
-      for (int64_t i = 0; i < v; ++i) y[i] = clean_logit(x[i]);
-      const float r = sb.repetition_of(b), freq = sb.frequency_of(b), pres = sb.presence_of(b);
-      for (const TokenAdjust* a = sb.adjusts_begin(b); a != sb.adjusts_end(b); ++a) {
-        NV_CHECK(a->token_id >= 0 && a->token_id < v, "adjusted token {} outside [0, {})",
-                 a->token_id, v);
-        y[a->token_id] = adjust_logit(x[a->token_id], a->masked, a->bias, a->in_context,
-                                      a->output_count, r, freq, pres);
+      // Step 1: a copy with the table's tokens adjusted (no table: the logits as they are).
+      const float* y = x;
+      if (sb.adjusts_begin(b) != sb.adjusts_end(b)) {
+        ybuf.assign(x, x + v);
+        const float r = sb.repetition_of(b), freq = sb.frequency_of(b), pres = sb.presence_of(b);
+        for (const TokenAdjust* a = sb.adjusts_begin(b); a != sb.adjusts_end(b); ++a) {
+          NV_CHECK(a->token_id >= 0 && a->token_id < v, "adjusted token {} outside [0, {})",
+                   a->token_id, v);
+          ybuf[size_t(a->token_id)] = adjust_logit(x[a->token_id], a->masked, a->bias,
+                                                   a->in_context, a->output_count, r, freq, pres);
+        }
+        y = ybuf.data();
       }
       out.ptr<int32_t>()[b] = sample_processed(y, v, p, dbuf);
     }
