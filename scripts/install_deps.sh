@@ -8,6 +8,7 @@ packages=(build-essential cmake ninja-build pkg-config nlohmann-json3-dev libxxh
           libpcre2-dev libutf8proc-dev libcli11-dev libfmt-dev libgtest-dev libgmock-dev
           libbenchmark-dev python3 python3-jinja2 nodejs npm
           libopenmpi-dev openmpi-bin  # src/distributed: the MPI communicator and its tests
+          python3-dev pybind11-dev python3-pytest python3-pip python3-venv python3-setuptools  # python/
           chromium)  # chromium: the chat page test (tests/server/chat_page_test.cpp)
 missing=()
 for p in "${packages[@]}"; do

@@ -1,0 +1,47 @@
+"""Builds nanovllm._C with the project's CMake build (target nanovllm_python) for the running
+interpreter, then lets setuptools install it with python/nanovllm.
+
+Build folder: build/pip-<python version> (kept between installs; ccache makes rebuilds fast), or
+$NANOVLLM_BUILD_DIR. Extra CMake arguments: $CMAKE_ARGS (e.g. "-DNANOVLLM_CUDA=OFF").
+"""
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+ROOT = Path(__file__).resolve().parent
+
+
+class CMakeExtension(Extension):
+    def __init__(self, name):
+        super().__init__(name, sources=[])
+
+
+class CMakeBuild(build_ext):
+    def build_extension(self, ext):
+        version = f"{sys.version_info.major}.{sys.version_info.minor}"
+        build_dir = Path(os.environ.get("NANOVLLM_BUILD_DIR", ROOT / "build" / f"pip-{version}"))
+        configure = [
+            "cmake", "-S", str(ROOT), "-B", str(build_dir), "-G", "Ninja",
+            "-DCMAKE_BUILD_TYPE=Release", "-DNANOVLLM_PYTHON=ON", "-DNANOVLLM_TESTS=OFF",
+            "-DNANOVLLM_BENCH=OFF", f"-DPython_EXECUTABLE={sys.executable}",
+            *shlex.split(os.environ.get("CMAKE_ARGS", "")),
+        ]
+        for cmd in (configure, ["cmake", "--build", str(build_dir), "--target", "nanovllm_python",
+                                "-j", str(os.cpu_count() or 1)]):
+            print(" ".join(cmd), flush=True)
+            subprocess.run(cmd, check=True)
+        built = sorted((build_dir / "python" / "nanovllm").glob("_C.*.so"))
+        if not built:
+            raise RuntimeError(f"the CMake build made no nanovllm/_C.*.so in {build_dir}/python")
+        target = Path(self.get_ext_fullpath(ext.name))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(built[-1], target)
+
+
+setup(ext_modules=[CMakeExtension("nanovllm._C")], cmdclass={"build_ext": CMakeBuild})
