@@ -115,7 +115,9 @@ class Backend {
   // out[b] = x[indices[b]]   x: act [T, H]; indices: i32 [B]; out: act [B, H]
   virtual void gather_rows(Tensor out, Tensor x, Tensor indices) = 0;
   // Next token per sequence from logits f32 [B, V] with the batch's sampling fields
-  // (see runtime/sampling_rng.h for the exact rule). out: i32 [B].
+  // (see runtime/sampling_rng.h for the exact rule). out: i32 [B]. B may be less than
+  // batch.num_seqs (a padded decode batch: the padded lanes' rows are dropped); row b uses the
+  // sampling fields of seq b.
   virtual void sample(Tensor out, Tensor logits, const ForwardBatch& batch) = 0;
   // Logprobs of the sampled tokens (SamplingParams::logprobs) by runtime/logprobs.h's rule, from
   // the raw logits f32 [B, V]: for each row b with num_top[b] >= 0, out[b] = the logprob and rank
