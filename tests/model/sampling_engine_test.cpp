@@ -106,6 +106,20 @@ TEST(SamplingEngine, EveryFieldIsValidated) {
   EXPECT_EQ(done.begin()->second->num_completion_tokens(), 4);
 }
 
+TEST(SamplingEngine, StopStringsNeedATokenizer) {
+  LLM llm(test::tiny_config(test::tiny_model("tiny")));  // no tokenizer.json
+  SamplingParams sp = sampled(4);
+  sp.stop = {"x"};
+  try {
+    llm.generate({prompt_of(5, 0)}, {sp});
+    ADD_FAILURE() << "stop strings without a tokenizer accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("prompt 0: stop strings need the model's tokenizer.json"),
+              std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(llm.engine().is_finished()) << "nothing was queued";
+}
+
 TEST(SamplingEngine, SeededRepeatsUnseededDiffersAcrossEngines) {
   std::string model = test::tiny_model("tiny");
   auto run = [&](std::optional<uint64_t> seed) {
