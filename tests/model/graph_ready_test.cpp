@@ -116,6 +116,22 @@ TEST_F(GraphReady, FakeGraphsReplayTheSameTokens) {
   EXPECT_EQ(run_greedy(eager, prompts), want);
 }
 
+// Qwen2 (q/k/v biases, no q/k norm) through the same padded, graph-replayed decode.
+TEST(GraphReadyQwen2, FakeGraphsEqualEager) {
+  const std::string model = test::tiny_model("tiny-qwen2");
+  Config config = test::tiny_config(model);
+  config.max_num_seqs = 12;  // buckets 1, 2, 4, 8, 12
+  const auto prompts = test_prompts(9, test::vocab_size(model));
+  LLMEngine plain(config);
+  const Outputs want = run_greedy(plain, prompts);
+  auto backend = std::make_unique<test::WrappedBackend>();
+  backend->fake_graphs = true;
+  LLMEngine graphed(config, std::move(backend), {.pad_decode = std::nullopt, .warmup = true});
+  EXPECT_EQ(graphed.model_runner().graphs().num_graphs(), 5);
+  EXPECT_EQ(run_greedy(graphed, prompts), want);
+  EXPECT_GT(graphed.model_runner().graphs().num_replays(), 0);
+}
+
 // Every ForwardBatch tensor stays at one address with a fixed block-table width, whatever the
 // step: prefills and decodes of different sizes.
 TEST_F(GraphReady, MetadataAddressesFixedAcrossSteps) {
