@@ -377,6 +377,17 @@ TEST(SamplingEngine, StopStringsOverDetokenizedText) {
       }
     }
   }
+  // skip_special_tokens, with logit_bias forcing Qwen3's <|im_end|> (151645).
+  SamplingParams special = g;
+  special.max_tokens = 2;
+  special.logit_bias[151645] = 100.0f;
+  special.skip_special_tokens = false;
+  const GenerationOutput shown = llm.generate(std::vector<std::string>{prompt}, {special})[0];
+  EXPECT_EQ(shown.token_ids, (std::vector<int32_t>{151645, 151645}));
+  EXPECT_EQ(shown.text, "<|im_end|><|im_end|>");
+  special.skip_special_tokens = true;
+  EXPECT_EQ(llm.generate(std::vector<std::string>{prompt}, {special})[0].text, "");
+
   // min_tokens beyond the match: the stop string is not taken that early.
   SamplingParams late = g;
   late.stop = {stop};
