@@ -1,8 +1,10 @@
 """Builds nanovllm._C with the project's CMake build (target nanovllm_python) for the running
 interpreter, then lets setuptools install it with python/nanovllm.
 
-Build folder: build/pip-<python version> (kept between installs; ccache makes rebuilds fast), or
-$NANOVLLM_BUILD_DIR. Extra CMake arguments: $CMAKE_ARGS (e.g. "-DNANOVLLM_CUDA=OFF").
+Build folder: build/pip-<python version> (configured here, kept between installs; ccache makes
+rebuilds fast). Or $NANOVLLM_BUILD_DIR: an existing CMake build tree of this repo (e.g.
+build/release), whose nanovllm_python target is built as it is configured (not reconfigured).
+Extra CMake arguments for the first case: $CMAKE_ARGS (e.g. "-DNANOVLLM_CUDA=OFF").
 """
 import os
 import shlex
@@ -25,14 +27,18 @@ class CMakeExtension(Extension):
 class CMakeBuild(build_ext):
     def build_extension(self, ext):
         version = f"{sys.version_info.major}.{sys.version_info.minor}"
-        build_dir = Path(os.environ.get("NANOVLLM_BUILD_DIR", ROOT / "build" / f"pip-{version}"))
+        given = os.environ.get("NANOVLLM_BUILD_DIR")
+        build_dir = Path(given).resolve() if given else ROOT / "build" / f"pip-{version}"
+        if given and not (build_dir / "CMakeCache.txt").exists():
+            raise RuntimeError(f"NANOVLLM_BUILD_DIR={given} is not a configured CMake build tree")
         configure = [
             "cmake", "-S", str(ROOT), "-B", str(build_dir), "-G", "Ninja",
             "-DCMAKE_BUILD_TYPE=Release", "-DNANOVLLM_PYTHON=ON", "-DNANOVLLM_TESTS=OFF",
             "-DNANOVLLM_BENCH=OFF", f"-DPython_EXECUTABLE={sys.executable}",
             *shlex.split(os.environ.get("CMAKE_ARGS", "")),
         ]
-        for cmd in (configure, ["cmake", "--build", str(build_dir), "--target", "nanovllm_python",
+        steps = [] if given else [configure]
+        for cmd in (*steps, ["cmake", "--build", str(build_dir), "--target", "nanovllm_python",
                                 "-j", str(os.cpu_count() or 1)]):
             print(" ".join(cmd), flush=True)
             subprocess.run(cmd, check=True)

@@ -83,3 +83,33 @@ def cli_generate(cli, model, prompts, *flags):
         else:
             args += ["--prompt-ids", ",".join(map(str, p))]
     return json.loads(run_cli(cli, *args).stdout)
+
+
+def pip_install_and_run(tmp_path, model, **env_vars):
+    """pip installs the repo into a new venv (offline), then generates with the installed package
+    from another folder. Returns the seconds pip took."""
+    import sys
+    import time
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    env = dict(os.environ, PIP_NO_INDEX="1", PIP_DISABLE_PIP_VERSION_CHECK="1", **env_vars)
+    env.pop("PYTHONPATH", None)  # the installed package, not the build tree's
+    t = time.time()
+    r = subprocess.run([str(python), "-m", "pip", "install", "--no-build-isolation", "-q",
+                        str(SOURCE_DIR)], env=env, capture_output=True, text=True, timeout=1800)
+    seconds = time.time() - t
+    assert r.returncode == 0, r.stdout + r.stderr
+    check = (
+        "import sys, nanovllm; from nanovllm import LLM, SamplingParams\n"
+        "assert '/venv/' in nanovllm.__file__, nanovllm.__file__\n"
+        "llm = LLM(sys.argv[1], kvcache_block_size=16, kv_cache_memory=1 << 20, threads=2,\n"
+        "          max_model_len=256)\n"
+        "out = llm.generate(['Hello'], SamplingParams(temperature=0, max_tokens=5,\n"
+        "                   ignore_eos=True), use_tqdm=False)\n"
+        "print(len(out[0]['token_ids']))\n")
+    r = subprocess.run([str(python), "-c", check, str(model)], env=env, cwd=tmp_path,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "5"
+    return seconds
