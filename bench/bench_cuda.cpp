@@ -35,7 +35,8 @@ double median_seconds(Backend& be, const std::function<void()>& fn) {
   return t[t.size() / 2];
 }
 
-Tensor alloc(Backend& be, std::vector<Buffer>& keep, DType dt, std::initializer_list<int64_t> shape) {
+Tensor alloc(Backend& be, std::vector<Buffer>& keep, DType dt,
+             std::initializer_list<int64_t> shape) {
   Tensor t = Tensor::contiguous(nullptr, dt, shape, be.device());
   keep.push_back(be.alloc(t.nbytes()));
   t.data = keep.back().data();
@@ -66,7 +67,8 @@ int main() {
   std::vector<Buffer> keep;
 
   const int64_t copy_bytes = int64_t(1) << 30;
-  Tensor a = alloc(*be, keep, DType::BF16, {copy_bytes / 2}), b = alloc(*be, keep, DType::BF16, {copy_bytes / 2});
+  Tensor a = alloc(*be, keep, DType::BF16, {copy_bytes / 2}),
+         b = alloc(*be, keep, DType::BF16, {copy_bytes / 2});
   const double tc = median_seconds(*be, [&] { be->copy(b, a); });
   const double copy_gbs = 2.0 * double(copy_bytes) / tc / 1e9;
   std::printf("copy 1 GiB: %.3f ms -> %.0f GB/s (read + write)\n", tc * 1e3, copy_gbs);
@@ -80,9 +82,11 @@ int main() {
     std::vector<int32_t> perm(static_cast<size_t>(nb));
     for (int64_t i = 0; i < nb; ++i) perm[size_t(i)] = int32_t(i);
     std::shuffle(perm.begin(), perm.end(), std::mt19937(1));
-    std::vector<int32_t> tables(static_cast<size_t>(B * width), -1), lens(static_cast<size_t>(B), int32_t(ctx));
+    std::vector<int32_t> tables(static_cast<size_t>(B * width), -1),
+        lens(static_cast<size_t>(B), int32_t(ctx));
     for (int64_t s = 0; s < B; ++s)
-      for (int64_t j = 0; j < blocks_per_seq; ++j) tables[size_t(s * width + j)] = perm[size_t(s * blocks_per_seq + j)];
+      for (int64_t j = 0; j < blocks_per_seq; ++j)
+        tables[size_t(s * width + j)] = perm[size_t(s * blocks_per_seq + j)];
     HostBatch h;
     ForwardBatch fb;
     fb.host = &h;
@@ -92,11 +96,13 @@ int main() {
     Tensor bt = alloc(*be, keep, DType::I32, {B, width});
     be->upload(bt, tables.data());
     fb.block_tables = bt;
-    Tensor q = alloc(*be, keep, DType::BF16, {B, hq, d}), out = alloc(*be, keep, DType::BF16, {B, hq, d});
+    Tensor q = alloc(*be, keep, DType::BF16, {B, hq, d}),
+           out = alloc(*be, keep, DType::BF16, {B, hq, d});
     const double t = median_seconds(*be, [&] { be->attention_decode(out, q, cache, fb, 0.088f); });
     const double bytes = double(B * ctx * hkv * d * 2 * 2);
     std::printf("attention_decode B=%lld ctx=%lld: %.1f us -> %.0f GB/s (%.0f%% of copy)\n",
-                (long long)B, (long long)ctx, t * 1e6, bytes / t / 1e9, 100 * bytes / t / 1e9 / copy_gbs);
+                (long long)B, (long long)ctx, t * 1e6, bytes / t / 1e9,
+                100 * bytes / t / 1e9 / copy_gbs);
   }
 
   {  // Prefill attention, one 1024-token prompt.
@@ -116,10 +122,12 @@ int main() {
     Tensor bt = alloc(*be, keep, DType::I32, {1, 5});
     be->upload(bt, table.data());
     fb.block_tables = bt;
-    Tensor q = alloc(*be, keep, DType::BF16, {T, hq, d}), out = alloc(*be, keep, DType::BF16, {T, hq, d});
+    Tensor q = alloc(*be, keep, DType::BF16, {T, hq, d}),
+           out = alloc(*be, keep, DType::BF16, {T, hq, d});
     const double t = median_seconds(*be, [&] { be->attention_prefill(out, q, cache, fb, 0.088f); });
     const double flops = 4.0 * double(d * hq) * double(T * (T + 1) / 2);
-    std::printf("attention_prefill T=%lld: %.1f us -> %.1f TFLOP/s\n", (long long)T, t * 1e6, flops / t / 1e12);
+    std::printf("attention_prefill T=%lld: %.1f us -> %.1f TFLOP/s\n", (long long)T, t * 1e6,
+                flops / t / 1e12);
   }
 
   {  // Linear.

@@ -13,9 +13,9 @@
 namespace nanovllm {
 namespace {
 
+using ref::Vec;
 using test::expect_close_scaled;
 using test::random_bf16;
-using ref::Vec;
 
 struct SeqSpec {
   int64_t seqlen_q;  // new tokens
@@ -44,7 +44,8 @@ class CudaAttention : public test::CudaTest {
         Vec qb;
         for (int64_t i = 0; i < seqs[b].seqlen_q; ++i, ++row)
           qb.insert(qb.end(), qkv.begin() + row * width, qkv.begin() + row * width + hq * d);
-        Vec o = ref::attention(qb, k[b], v[b], seqs[b].seqlen_q, seqs[b].context, hq, hkv, d, scale);
+        Vec o =
+            ref::attention(qb, k[b], v[b], seqs[b].seqlen_q, seqs[b].context, hq, hkv, d, scale);
         out.insert(out.end(), o.begin(), o.end());
       }
       return out;
@@ -77,7 +78,8 @@ class CudaAttention : public test::CudaTest {
       std::vector<int32_t> table(size_t(h.max_num_blocks), -1);
       for (int64_t b = 0; b < (s.context + bs - 1) / bs; ++b) table[size_t(b)] = perm[next++];
       h.block_tables.insert(h.block_tables.end(), table.begin(), table.end());
-      Vec ks = random_bf16(rng, size_t(s.context * hkv * d)), vs = random_bf16(rng, size_t(s.context * hkv * d));
+      Vec ks = random_bf16(rng, size_t(s.context * hkv * d)),
+          vs = random_bf16(rng, size_t(s.context * hkv * d));
       for (int64_t j = 0; j < s.context; ++j) {
         const int64_t slot = table[size_t(j / bs)] * bs + j % bs;
         for (int64_t e = 0; e < hkv * d; ++e) {
@@ -125,11 +127,13 @@ class CudaAttention : public test::CudaTest {
 };
 
 TEST_F(CudaAttention, Prefill) {
-  struct Shape { int64_t hq, hkv, d, bs; };
+  struct Shape {
+    int64_t hq, hkv, d, bs;
+  };
   for (Shape s : {Shape{4, 2, 32, 16}, Shape{4, 4, 16, 16}, Shape{16, 8, 128, 256},
                   Shape{6, 2, 64, 16}, Shape{8, 1, 128, 32}}) {
-    auto c = make_case(s.hq, s.hkv, s.d, s.bs,
-                       {{1, 1}, {37, 37}, {5, 70}, {90, 200}, {3, 3}}, /*prefill=*/true);
+    auto c = make_case(s.hq, s.hkv, s.d, s.bs, {{1, 1}, {37, 37}, {5, 70}, {90, 200}, {3, 3}},
+                       /*prefill=*/true);
     const float scale = 1.0f / std::sqrt(float(s.d));
     Tensor out = poisoned(DType::BF16, {c->tokens, s.hq, s.d});
     be->attention_prefill(out, c->q(), c->cache, c->batch, scale);
@@ -138,7 +142,9 @@ TEST_F(CudaAttention, Prefill) {
 }
 
 TEST_F(CudaAttention, DecodeSplitKAndBatchInvariance) {
-  struct Shape { int64_t hq, hkv, d, bs; };
+  struct Shape {
+    int64_t hq, hkv, d, bs;
+  };
   for (Shape s : {Shape{4, 2, 32, 16}, Shape{4, 2, 16, 16}, Shape{16, 8, 128, 256},
                   Shape{12, 4, 64, 16}, Shape{8, 8, 256, 32}}) {
     std::vector<SeqSpec> specs;
@@ -180,7 +186,8 @@ TEST_F(CudaAttention, StoreKvSkipsSlotMinusOne) {
   fb.host = &h;
   fb.num_tokens = int(T);
   fb.slot_mapping = ints(slots, DType::I32);
-  LayerKVCache cache{poisoned(DType::BF16, {blocks, bs, hkv, d}), poisoned(DType::BF16, {blocks, bs, hkv, d})};
+  LayerKVCache cache{poisoned(DType::BF16, {blocks, bs, hkv, d}),
+                     poisoned(DType::BF16, {blocks, bs, hkv, d})};
   be->store_kv(k, v, cache, fb);
   Vec kc = get(cache.k), vc = get(cache.v);
   std::vector<bool> written(size_t(blocks * bs), false);
@@ -189,7 +196,8 @@ TEST_F(CudaAttention, StoreKvSkipsSlotMinusOne) {
     written[size_t(slots[size_t(t)])] = true;
     for (int64_t e = 0; e < hkv * d; ++e) {
       ASSERT_EQ(kc[size_t(slots[size_t(t)] * hkv * d + e)], qkv[size_t(t * width + 4 * d + e)]);
-      ASSERT_EQ(vc[size_t(slots[size_t(t)] * hkv * d + e)], qkv[size_t(t * width + (4 + hkv) * d + e)]);
+      ASSERT_EQ(vc[size_t(slots[size_t(t)] * hkv * d + e)],
+                qkv[size_t(t * width + (4 + hkv) * d + e)]);
     }
   }
   for (int64_t s = 0; s < blocks * bs; ++s) {
@@ -210,7 +218,8 @@ TEST_F(CudaAttention, FusedQkNormRopeStoreEqualsSeparateOps) {
     // Two copies of the same qkv and cache.
     Tensor qkv2 = alloc(DType::BF16, {a->tokens, (4 + 4) * d});
     be->copy(qkv2, a->qkv_t);
-    LayerKVCache cache2{alloc(DType::BF16, {a->num_blocks, 16, 2, d}), alloc(DType::BF16, {a->num_blocks, 16, 2, d})};
+    LayerKVCache cache2{alloc(DType::BF16, {a->num_blocks, 16, 2, d}),
+                        alloc(DType::BF16, {a->num_blocks, 16, 2, d})};
     be->copy(cache2.k, a->cache.k);
     be->copy(cache2.v, a->cache.v);
     auto split = [&](Tensor t) {

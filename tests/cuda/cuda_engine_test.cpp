@@ -92,7 +92,8 @@ TEST_P(CudaEngine, LastTokenLogitsNearReference) {
   LLMEngine engine(cuda_config(model));
   EXPECT_NE(engine.backend().describe().find("cuda"), std::string::npos);
   for (const auto& prompt : random_prompts(4, reference.config().vocab_size, 1, 40, 7)) {
-    const double err = test::relative_error(test::prefill_logits(engine, prompt), reference.last_logits(prompt));
+    const double err =
+        test::relative_error(test::prefill_logits(engine, prompt), reference.last_logits(prompt));
     EXPECT_LT(err, 3e-2) << "prompt of " << prompt.size() << " tokens";
     std::printf("%s, %zu-token prompt: logit error / max |logit| = %.2e (fp32 reference)\n",
                 GetParam().c_str(), prompt.size(), err);
@@ -115,7 +116,8 @@ TEST_P(CudaEngine, GraphsOnEqualsOff) {
   Config eager = cuda_config(model), graphs = eager;
   eager.enforce_eager = true;
   graphs.enforce_eager = false;
-  EXPECT_EQ(generate(graphs, prompts, greedy_params(24)), generate(eager, prompts, greedy_params(24)));
+  EXPECT_EQ(generate(graphs, prompts, greedy_params(24)),
+            generate(eager, prompts, greedy_params(24)));
   SamplingParams sp = greedy_params(24);
   sp.temperature = 0.8f;
   sp.seed = 77;
@@ -140,13 +142,16 @@ TEST_P(CudaEngine, PrefixCachePreemptionChunkedPrefill) {
   small.max_model_len = 12 * 16 + 1;  // what 12 blocks hold (a longer one is refused)
   chunked.max_num_batched_tokens = 32;
   const SamplingParams sp = greedy_params(24);
-  expect_reference_tokens(generate(base, prompts, sp), prompts, reference, 24, 3e-2, 6, "prefix cache on");
-  expect_reference_tokens(generate(off, prompts, sp), prompts, reference, 24, 3e-2, 6, "prefix cache off");
+  expect_reference_tokens(generate(base, prompts, sp), prompts, reference, 24, 3e-2, 6,
+                          "prefix cache on");
+  expect_reference_tokens(generate(off, prompts, sp), prompts, reference, 24, 3e-2, 6,
+                          "prefix cache off");
   int64_t preemptions = 0;
   expect_reference_tokens(generate(small, prompts, sp, &preemptions), prompts, reference, 24, 3e-2,
                           6, "preemption");
   EXPECT_GT(preemptions, 0) << "12 blocks should have forced a preemption";
-  expect_reference_tokens(generate(chunked, prompts, sp), prompts, reference, 24, 3e-2, 6, "chunked prefill");
+  expect_reference_tokens(generate(chunked, prompts, sp), prompts, reference, 24, 3e-2, 6,
+                          "chunked prefill");
 }
 
 INSTANTIATE_TEST_SUITE_P(TinyShapes, CudaEngine, ::testing::Values("tiny", "tiny-qwen2"));

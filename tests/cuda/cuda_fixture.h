@@ -41,8 +41,8 @@ inline void expect_close_scaled(const Vec& got, const Vec& want, double rel, con
   for (size_t i = 0; i < got.size(); ++i) {
     if (!(std::fabs(double(got[i]) - double(want[i])) <= tol)) {
       if (++bad <= 5)
-        ADD_FAILURE() << what << "[" << i << "]: got " << got[i] << ", want " << want[i]
-                      << " (tol " << tol << ")";
+        ADD_FAILURE() << what << "[" << i << "]: got " << got[i] << ", want " << want[i] << " (tol "
+                      << tol << ")";
     }
   }
   EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << got.size() << " elements off";

@@ -10,10 +10,10 @@
 namespace nanovllm {
 namespace {
 
+using ref::Vec;
 using test::CudaTest;
 using test::expect_close_scaled;
 using test::random_bf16;
-using ref::Vec;
 
 class CudaOps : public CudaTest {};
 
@@ -33,7 +33,8 @@ TEST_F(CudaOps, EmbeddingAndGatherRowsCopyExactly) {
     Vec table = random_bf16(rng, size_t(vocab * hidden));
     std::vector<uint16_t> host(table.size());
     for (size_t i = 0; i < table.size(); ++i) host[i] = f32_to_bf16(table[i]);
-    LinearWeight w = be->make_linear_weight(Tensor::contiguous(host.data(), DType::BF16, {vocab, hidden}));
+    LinearWeight w =
+        be->make_linear_weight(Tensor::contiguous(host.data(), DType::BF16, {vocab, hidden}));
     std::vector<int32_t> ids(T);
     for (auto& id : ids) id = int32_t(rng() % vocab);
     Tensor out = poisoned(DType::BF16, {T, hidden});
@@ -50,7 +51,9 @@ TEST_F(CudaOps, EmbeddingAndGatherRowsCopyExactly) {
 // out = x @ w^T (+ bias) for M on both paths (GEMV: 1..16, cuBLASLt: more), bf16 and f32 out,
 // x a strided view; and a row's GEMV result does not depend on M.
 TEST_F(CudaOps, LinearMatchesReference) {
-  struct Shape { int64_t n, k; };
+  struct Shape {
+    int64_t n, k;
+  };
   for (Shape s : {Shape{40, 64}, Shape{72, 136}, Shape{33, 24}, Shape{1000, 512}}) {
     Vec wv = random_bf16(rng, size_t(s.n * s.k));
     std::vector<uint16_t> wh(wv.size());
@@ -64,7 +67,8 @@ TEST_F(CudaOps, LinearMatchesReference) {
       Tensor xbuf = bf16(xw, {m, width});
       Tensor x = xbuf.slice_last(0, s.k);
       Vec xv;
-      for (int64_t r = 0; r < m; ++r) xv.insert(xv.end(), xw.begin() + r * width, xw.begin() + r * width + s.k);
+      for (int64_t r = 0; r < m; ++r)
+        xv.insert(xv.end(), xw.begin() + r * width, xw.begin() + r * width + s.k);
       for (bool f32_out : {false, true}) {
         for (bool with_bias : {false, true}) {
           Tensor out = poisoned(f32_out ? DType::F32 : DType::BF16, {m, s.n});
@@ -117,7 +121,8 @@ TEST_F(CudaOps, RmsNormAndAddRmsNorm) {
   }
   expect_close_scaled(got_q, ref::rms_norm(want_q, w, T * hq, d, eps), 1e-2, "rms_norm 3-D");
   for (int64_t t = 0; t < T; ++t)  // k and v untouched
-    for (int64_t c = hq * d; c < width; ++c) ASSERT_EQ(got[size_t(t * width + c)], qkv[size_t(t * width + c)]);
+    for (int64_t c = hq * d; c < width; ++c)
+      ASSERT_EQ(got[size_t(t * width + c)], qkv[size_t(t * width + c)]);
 }
 
 TEST_F(CudaOps, RopeAndSiluAndMul) {
@@ -168,9 +173,9 @@ TEST_F(CudaOps, SampleMatchesReference) {
     std::vector<int32_t> got = get_i32(out);
     for (int64_t b = 0; b < B; ++b) {
       Vec row(logits.begin() + b * V, logits.begin() + (b + 1) * V);
-      EXPECT_EQ(got[size_t(b)], ref::sample(row, h.temperatures[size_t(b)], h.top_k[size_t(b)],
-                                            h.top_p[size_t(b)], h.seeds[size_t(b)],
-                                            h.sample_offsets[size_t(b)]))
+      EXPECT_EQ(got[size_t(b)],
+                ref::sample(row, h.temperatures[size_t(b)], h.top_k[size_t(b)], h.top_p[size_t(b)],
+                            h.seeds[size_t(b)], h.sample_offsets[size_t(b)]))
           << "row " << b << (host_path ? " (host path)" : " (device)");
     }
     EXPECT_EQ(got[3], 17);

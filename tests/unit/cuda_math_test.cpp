@@ -16,7 +16,12 @@ namespace {
 
 TEST(CudaMath, Bf16MatchesTheHostConversion) {
   std::mt19937 rng(3);
-  std::vector<float> values = {0.0f, -0.0f, 1.0f, -1.5f, 1e-40f, 3.3895e38f,
+  std::vector<float> values = {0.0f,
+                               -0.0f,
+                               1.0f,
+                               -1.5f,
+                               1e-40f,
+                               3.3895e38f,
                                std::numeric_limits<float>::infinity(),
                                -std::numeric_limits<float>::infinity(),
                                std::numeric_limits<float>::quiet_NaN()};
@@ -118,11 +123,25 @@ TEST(CudaLaunch, DecodePartitionsDependOnTheSequenceOnly) {
   EXPECT_EQ(decode_num_partitions(1), 1);
   EXPECT_EQ(decode_num_partitions(kDecodePartitionKeys), 1);
   EXPECT_EQ(decode_num_partitions(kDecodePartitionKeys + 1), 2);
-  EXPECT_EQ(decode_num_partitions(40960), (40960 + kDecodePartitionKeys - 1) / kDecodePartitionKeys);
+  EXPECT_EQ(decode_num_partitions(40960),
+            (40960 + kDecodePartitionKeys - 1) / kDecodePartitionKeys);
   // The grid covers the widest row; each sequence uses its own count, at most the grid's.
   for (int64_t ctx : {1, 255, 256, 257, 1000, 4097})
     for (int64_t width_keys : {4352, 8448})
       EXPECT_LE(decode_seq_partitions(ctx), decode_num_partitions(width_keys));
+}
+
+TEST(CudaLaunch, DecodeGridCoversTheMachineWithinTheTable) {
+  EXPECT_EQ(decode_grid_partitions(1, 8, 132, 17), 17);   // batch 1: every partition its CTA
+  EXPECT_EQ(decode_grid_partitions(256, 8, 132, 17), 1);  // batch 256: 2048 CTAs already
+  EXPECT_EQ(decode_grid_partitions(4, 8, 132, 17), 17);
+  EXPECT_EQ(decode_grid_partitions(16, 8, 132, 17), 5);  // ceil(528 / 128)
+  EXPECT_EQ(decode_grid_partitions(3, 2, 132, 1), 1);
+  for (int64_t b = 1; b <= 512; ++b) {
+    const int g = decode_grid_partitions(b, 8, 132, 17);
+    EXPECT_GE(g, 1);
+    EXPECT_LE(g, 17);
+  }
 }
 
 TEST(CudaLaunch, TilesAndBuckets) {

@@ -5,6 +5,8 @@
 // memory. A sequence with one partition writes its output directly; longer ones write
 // (o, m, l) per partition and a second kernel merges them by log-sum-exp. The partitions of a
 // sequence depend only on its own context length, so its output never depends on the batch.
+#include <type_traits>
+
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.h"
@@ -15,130 +17,137 @@ namespace {
 
 constexpr int kP = kDecodePartitionKeys;
 
-__device__ __forceinline__ int seq_partitions(int ctx) { return ctx <= kP ? 1 : (ctx + kP - 1) / kP; }
+__device__ __forceinline__ int seq_partitions(int ctx) {
+  return ctx <= kP ? 1 : (ctx + kP - 1) / kP;
+}
 
 template <int D, int GT>
 __global__ void __launch_bounds__(kDecodeThreads)
     decode_partition_kernel(uint16_t* out, Rows q, int32_t hq, PagedKV kv,
                             const int32_t* context_lens, int num_partitions, float scale,
                             float* partials) {
-  constexpr int LPK = D / 8;                        // lanes per key
-  constexpr int KPW = 32 / LPK;                     // keys per warp step
-  constexpr int NG = (kDecodeThreads / 32) * KPW;   // key groups per CTA
-  constexpr int U = GT <= 2 ? 4 : 2;                // keys in flight per group
+  constexpr int LPK = D / 8;                       // lanes per key
+  constexpr int KPW = 32 / LPK;                    // keys per warp step
+  constexpr int NG = (kDecodeThreads / 32) * KPW;  // key groups per CTA
+  constexpr int U = GT <= 2 ? 4 : 2;               // keys in flight per group
   __shared__ float sm_m[NG][GT];
   __shared__ float sm_l[NG][GT];
   __shared__ float sm_acc[NG][GT][D];
 
-  const int part = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
+  const int kvh = blockIdx.y, b = blockIdx.z;
   const int G = hq / kv.hkv;
   const int ctx = context_lens[b];
-  const int start = part * kP;
-  if (start >= ctx && part > 0) return;  // uniform over the CTA
-  const int end = min(ctx, start + kP);
+  const int seq_parts = seq_partitions(ctx);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int sub = lane % LPK, grp = warp * KPW + lane / LPK;
+  // A CTA takes partitions blockIdx.x, + gridDim.x, ...: the grid is sized to the machine, the
+  // partitions (and so the result) only to the sequence.
+  for (int part = blockIdx.x; part < seq_parts; part += gridDim.x) {
+    const int start = part * kP;
+    const int end = min(ctx, start + kP);
+    const int sub = lane % LPK, grp = warp * KPW + lane / LPK;
 
-  float qv[GT][8];
+    float qv[GT][8];
 #pragma unroll
-  for (int g = 0; g < GT; ++g) {
-    if (g < G) {
-      const uint16_t* qp = static_cast<const uint16_t*>(q.data) + int64_t(b) * q.stride0 +
-                           int64_t(kvh * G + g) * q.stride1 + sub * 8;
-      load8(qp, qv[g]);
+    for (int g = 0; g < GT; ++g) {
+      if (g < G) {
+        const uint16_t* qp = static_cast<const uint16_t*>(q.data) + int64_t(b) * q.stride0 +
+                             int64_t(kvh * G + g) * q.stride1 + sub * 8;
+        load8(qp, qv[g]);
 #pragma unroll
-      for (int e = 0; e < 8; ++e) qv[g][e] *= scale;
-    } else {
-#pragma unroll
-      for (int e = 0; e < 8; ++e) qv[g][e] = 0.0f;
-    }
-  }
-  float m[GT], l[GT], acc[GT][8];
-#pragma unroll
-  for (int g = 0; g < GT; ++g) {
-    m[g] = -INFINITY;
-    l[g] = 0.0f;
-#pragma unroll
-    for (int e = 0; e < 8; ++e) acc[g][e] = 0.0f;
-  }
-
-  const int32_t* table = kv.block_tables + int64_t(b) * kv.table_stride;
-  const int64_t row = int64_t(kv.hkv) * D;
-  const int64_t head_off = int64_t(kvh) * D + sub * 8;
-  // The loop bound is uniform per warp (its first key), so the shuffles below see all lanes.
-  for (int base = start + warp * KPW; base < end; base += NG * U) {
-    uint4 kr[U], vr[U];
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int j = base + lane / LPK + u * NG;
-      if (j < end) {
-        const int64_t off = key_slot(table, j, kv.block_size) * row + head_off;
-        kr[u] = load8_raw(kv.k + off);
-        vr[u] = load8_raw(kv.v + off);
+        for (int e = 0; e < 8; ++e) qv[g][e] *= scale;
       } else {
-        kr[u] = make_uint4(0, 0, 0, 0);
-        vr[u] = make_uint4(0, 0, 0, 0);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) qv[g][e] = 0.0f;
       }
     }
+    float m[GT], l[GT], acc[GT][8];
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const bool valid = base + lane / LPK + u * NG < end;
-      float kf[8], vf[8];
-      unpack8(kr[u], kf);
-      unpack8(vr[u], vf);
+    for (int g = 0; g < GT; ++g) {
+      m[g] = -INFINITY;
+      l[g] = 0.0f;
 #pragma unroll
-      for (int g = 0; g < GT; ++g) {
-        float s = 0.0f;
+      for (int e = 0; e < 8; ++e) acc[g][e] = 0.0f;
+    }
+
+    const int32_t* table = kv.block_tables + int64_t(b) * kv.table_stride;
+    const int64_t row = int64_t(kv.hkv) * D;
+    const int64_t head_off = int64_t(kvh) * D + sub * 8;
+    // The loop bound is uniform per warp (its first key), so the shuffles below see all lanes.
+    for (int base = start + warp * KPW; base < end; base += NG * U) {
+      uint4 kr[U], vr[U];
 #pragma unroll
-        for (int e = 0; e < 8; ++e) s += qv[g][e] * kf[e];
-        s = group_sum<LPK>(s);
-        if (valid && g < G) {
-          const float m_new = fmaxf(m[g], s);
-          const float c = rescale_factor(m[g], m_new);
-          const float p = expf(s - m_new);
-          l[g] = l[g] * c + p;
+      for (int u = 0; u < U; ++u) {
+        const int j = base + lane / LPK + u * NG;
+        if (j < end) {
+          const int64_t off = key_slot(table, j, kv.block_size) * row + head_off;
+          kr[u] = load8_raw(kv.k + off);
+          vr[u] = load8_raw(kv.v + off);
+        } else {
+          kr[u] = make_uint4(0, 0, 0, 0);
+          vr[u] = make_uint4(0, 0, 0, 0);
+        }
+      }
 #pragma unroll
-          for (int e = 0; e < 8; ++e) acc[g][e] = acc[g][e] * c + p * vf[e];
-          m[g] = m_new;
+      for (int u = 0; u < U; ++u) {
+        const bool valid = base + lane / LPK + u * NG < end;
+        float kf[8], vf[8];
+        unpack8(kr[u], kf);
+        unpack8(vr[u], vf);
+#pragma unroll
+        for (int g = 0; g < GT; ++g) {
+          float s = 0.0f;
+#pragma unroll
+          for (int e = 0; e < 8; ++e) s += qv[g][e] * kf[e];
+          s = group_sum<LPK>(s);
+          if (valid && g < G) {
+            const float m_new = fmaxf(m[g], s);
+            const float c = rescale_factor(m[g], m_new);
+            const float p = expf(s - m_new);
+            l[g] = l[g] * c + p;
+#pragma unroll
+            for (int e = 0; e < 8; ++e) acc[g][e] = acc[g][e] * c + p * vf[e];
+            m[g] = m_new;
+          }
         }
       }
     }
-  }
 
 #pragma unroll
-  for (int g = 0; g < GT; ++g) {
+    for (int g = 0; g < GT; ++g) {
 #pragma unroll
-    for (int e = 0; e < 8; ++e) sm_acc[grp][g][sub * 8 + e] = acc[g][e];
-    if (sub == 0) {
-      sm_m[grp][g] = m[g];
-      sm_l[grp][g] = l[g];
-    }
-  }
-  __syncthreads();
-  const bool single = seq_partitions(ctx) == 1;
-  for (int idx = threadIdx.x; idx < G * D; idx += kDecodeThreads) {
-    const int g = idx / D, dim = idx % D;
-    float M = -INFINITY;
-    for (int i = 0; i < NG; ++i) M = fmaxf(M, sm_m[i][g]);
-    float L = 0.0f, A = 0.0f;
-    for (int i = 0; i < NG; ++i) {
-      const float w = rescale_factor(sm_m[i][g], M);
-      L += w * sm_l[i][g];
-      A += w * sm_acc[i][g][dim];
-    }
-    const int h = kvh * G + g;
-    const float o = L > 0.0f ? A / L : 0.0f;
-    if (single) {
-      st_bf16(out + (int64_t(b) * hq + h) * D + dim, o);
-    } else {
-      const int64_t slot = (int64_t(b) * hq + h) * num_partitions + part;
-      partials[slot * D + dim] = o;
-      if (dim == 0) {
-        float* ml = partials + int64_t(gridDim.z) * hq * num_partitions * D;
-        ml[2 * slot] = M;
-        ml[2 * slot + 1] = L;
+      for (int e = 0; e < 8; ++e) sm_acc[grp][g][sub * 8 + e] = acc[g][e];
+      if (sub == 0) {
+        sm_m[grp][g] = m[g];
+        sm_l[grp][g] = l[g];
       }
     }
+    __syncthreads();
+    const bool single = seq_parts == 1;
+    for (int idx = threadIdx.x; idx < G * D; idx += kDecodeThreads) {
+      const int g = idx / D, dim = idx % D;
+      float M = -INFINITY;
+      for (int i = 0; i < NG; ++i) M = fmaxf(M, sm_m[i][g]);
+      float L = 0.0f, A = 0.0f;
+      for (int i = 0; i < NG; ++i) {
+        const float w = rescale_factor(sm_m[i][g], M);
+        L += w * sm_l[i][g];
+        A += w * sm_acc[i][g][dim];
+      }
+      const int h = kvh * G + g;
+      const float o = L > 0.0f ? A / L : 0.0f;
+      if (single) {
+        st_bf16(out + (int64_t(b) * hq + h) * D + dim, o);
+      } else {
+        const int64_t slot = (int64_t(b) * hq + h) * num_partitions + part;
+        partials[slot * D + dim] = o;
+        if (dim == 0) {
+          float* ml = partials + int64_t(gridDim.z) * hq * num_partitions * D;
+          ml[2 * slot] = M;
+          ml[2 * slot + 1] = L;
+        }
+      }
+    }
+    __syncthreads();  // shared memory is reused by the next partition
   }
 }
 
@@ -165,9 +174,9 @@ __global__ void decode_merge_kernel(uint16_t* out, int32_t hq, int32_t d,
 
 template <int D>
 void launch_d(uint16_t* out, Rows q, int32_t hq, PagedKV kv, const int32_t* context_lens,
-              int32_t num_seqs, int num_partitions, float scale, float* partials,
-              cudaStream_t stream) {
-  const dim3 grid(unsigned(num_partitions), unsigned(kv.hkv), unsigned(num_seqs));
+              int32_t num_seqs, int num_partitions, int grid_partitions, float scale,
+              float* partials, cudaStream_t stream) {
+  const dim3 grid(unsigned(grid_partitions), unsigned(kv.hkv), unsigned(num_seqs));
   switch (decode_group_tile(hq / kv.hkv)) {
     case 1:
       decode_partition_kernel<D, 1><<<grid, kDecodeThreads, 0, stream>>>(
@@ -202,14 +211,29 @@ int64_t decode_partials_floats(int64_t num_seqs, int64_t hq, int64_t d, int num_
 
 void launch_attention_decode(uint16_t* out, Rows q, int32_t hq, PagedKV kv,
                              const int32_t* context_lens, int32_t num_seqs, int num_partitions,
-                             float scale, float* partials, cudaStream_t stream) {
+                             int grid_partitions, float scale, float* partials,
+                             cudaStream_t stream) {
   if (num_seqs == 0) return;
-  switch (kv.d) {
-    case 16: launch_d<16>(out, q, hq, kv, context_lens, num_seqs, num_partitions, scale, partials, stream); break;
-    case 32: launch_d<32>(out, q, hq, kv, context_lens, num_seqs, num_partitions, scale, partials, stream); break;
-    case 64: launch_d<64>(out, q, hq, kv, context_lens, num_seqs, num_partitions, scale, partials, stream); break;
-    case 128: launch_d<128>(out, q, hq, kv, context_lens, num_seqs, num_partitions, scale, partials, stream); break;
-    default: launch_d<256>(out, q, hq, kv, context_lens, num_seqs, num_partitions, scale, partials, stream); break;
+  const auto run = [&](auto d) {
+    launch_d<decltype(d)::value>(out, q, hq, kv, context_lens, num_seqs, num_partitions,
+                                 grid_partitions, scale, partials, stream);
+  };
+  switch (kv.d) {  // attention_head_dim_supported (launch.h)
+    case 16:
+      run(std::integral_constant<int, 16>{});
+      break;
+    case 32:
+      run(std::integral_constant<int, 32>{});
+      break;
+    case 64:
+      run(std::integral_constant<int, 64>{});
+      break;
+    case 128:
+      run(std::integral_constant<int, 128>{});
+      break;
+    default:
+      run(std::integral_constant<int, 256>{});
+      break;
   }
 }
 

@@ -4,6 +4,8 @@
 // shared memory serves all of them. Each warp owns 8 rows: per 64-key tile a lane scores keys
 // lane and lane + 32 for its 8 rows (register blocking over the rows), the warp updates each
 // row's fp32 online softmax, then each lane accumulates P @ V for the dims it owns.
+#include <type_traits>
+
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.h"
@@ -163,12 +165,13 @@ void launch_d(uint16_t* out, Rows q, int32_t hq, PagedKV kv, const int32_t* cu_s
               const int32_t* context_lens, int32_t num_seqs, int32_t max_seqlen_q, float scale,
               cudaStream_t stream) {
   const int smem = int(sizeof(PrefillSmem<D>));
-  NV_CUDA_CHECK("attention_prefill",
-                cudaFuncSetAttribute(prefill_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  NV_CUDA_CHECK(
+      "attention_prefill",
+      cudaFuncSetAttribute(prefill_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   const dim3 grid(unsigned(prefill_num_tiles(max_seqlen_q, hq / kv.hkv)), unsigned(kv.hkv),
                   unsigned(num_seqs));
-  prefill_kernel<D><<<grid, kPrefillThreads, smem, stream>>>(out, q, hq, kv, cu_seqlens_q,
-                                                             context_lens, scale);
+  prefill_kernel<D>
+      <<<grid, kPrefillThreads, smem, stream>>>(out, q, hq, kv, cu_seqlens_q, context_lens, scale);
   NV_CUDA_CHECK("attention_prefill", cudaGetLastError());
 }
 
@@ -179,12 +182,26 @@ void launch_attention_prefill(uint16_t* out, Rows q, int32_t hq, PagedKV kv,
                               int32_t num_seqs, int32_t max_seqlen_q, float scale,
                               cudaStream_t stream) {
   if (num_seqs == 0 || max_seqlen_q == 0) return;
-  switch (kv.d) {
-    case 16: launch_d<16>(out, q, hq, kv, cu_seqlens_q, context_lens, num_seqs, max_seqlen_q, scale, stream); break;
-    case 32: launch_d<32>(out, q, hq, kv, cu_seqlens_q, context_lens, num_seqs, max_seqlen_q, scale, stream); break;
-    case 64: launch_d<64>(out, q, hq, kv, cu_seqlens_q, context_lens, num_seqs, max_seqlen_q, scale, stream); break;
-    case 128: launch_d<128>(out, q, hq, kv, cu_seqlens_q, context_lens, num_seqs, max_seqlen_q, scale, stream); break;
-    default: launch_d<256>(out, q, hq, kv, cu_seqlens_q, context_lens, num_seqs, max_seqlen_q, scale, stream); break;
+  const auto run = [&](auto d) {
+    launch_d<decltype(d)::value>(out, q, hq, kv, cu_seqlens_q, context_lens, num_seqs, max_seqlen_q,
+                                 scale, stream);
+  };
+  switch (kv.d) {  // attention_head_dim_supported (launch.h)
+    case 16:
+      run(std::integral_constant<int, 16>{});
+      break;
+    case 32:
+      run(std::integral_constant<int, 32>{});
+      break;
+    case 64:
+      run(std::integral_constant<int, 64>{});
+      break;
+    case 128:
+      run(std::integral_constant<int, 128>{});
+      break;
+    default:
+      run(std::integral_constant<int, 256>{});
+      break;
   }
 }
 

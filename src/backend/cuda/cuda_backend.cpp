@@ -85,14 +85,15 @@ void check_attention(const Tensor& out, const Tensor& q, const LayerKVCache& cac
   const int64_t hkv = cache.k.shape[2], d = cache.k.shape[3];
   NV_CHECK(q.ndim == 3 && q.shape[0] == rows && q.shape[2] == d && q.shape[1] % hkv == 0 &&
                q.stride[1] % 8 == 0 && q.stride[0] % 8 == 0,
-           "cuda {}: q {} for a cache of {} ({} rows)", what, q.describe(), cache.k.describe(), rows);
-  NV_CHECK(out.ndim == 3 && out.dtype == DType::BF16 && out.is_contiguous() &&
-               same_shape(out, q),
+           "cuda {}: q {} for a cache of {} ({} rows)", what, q.describe(), cache.k.describe(),
+           rows);
+  NV_CHECK(out.ndim == 3 && out.dtype == DType::BF16 && out.is_contiguous() && same_shape(out, q),
            "cuda {}: out {} for q {}", what, out.describe(), q.describe());
   NV_CHECK(attention_head_dim_supported(d),
            "cuda {}: head_dim {} (supported: 16, 32, 64, 128, 256)", what, d);
   NV_CHECK(decode_group_tile(int(q.shape[1] / hkv)) > 0,
-           "cuda {}: {} query heads per kv head (at most {})", what, q.shape[1] / hkv, kMaxGqaGroup);
+           "cuda {}: {} query heads per kv head (at most {})", what, q.shape[1] / hkv,
+           kMaxGqaGroup);
   NV_CHECK(batch.block_tables.ndim == 2 && batch.block_tables.dtype == DType::I32 &&
                batch.block_tables.shape[0] >= batch.num_seqs && batch.block_tables.stride[1] == 1,
            "cuda {}: block_tables {}", what, batch.block_tables.describe());
@@ -119,7 +120,8 @@ class CudaGraph : public DeviceGraph {
 CudaBackend::CudaBackend(int device_index) : device_(device_index) {
   int count = 0;
   const cudaError_t err = cudaGetDeviceCount(&count);
-  if (err != cudaSuccess) fail("no CUDA device: {} ({})", cudaGetErrorString(err), cudaGetErrorName(err));
+  if (err != cudaSuccess)
+    fail("no CUDA device: {} ({})", cudaGetErrorString(err), cudaGetErrorName(err));
   if (count == 0) fail("no CUDA device: the driver reports 0 GPUs");
   if (device_index < 0 || device_index >= count)
     fail("no CUDA device: device index {} but {} GPU{} present", device_index, count,
@@ -130,9 +132,10 @@ CudaBackend::CudaBackend(int device_index) : device_(device_index) {
   if (prop.major < 8)
     fail("no CUDA device: {} is sm_{}{}; the CUDA backend needs sm_80 or newer (bf16 tensor cores)",
          prop.name, prop.major, prop.minor);
-  description_ = fmt::format("cuda ({}, sm_{}{}, {} SMs, {:.0f} GiB)", prop.name, prop.major,
-                             prop.minor, prop.multiProcessorCount,
-                             double(prop.totalGlobalMem) / double(1 << 30));
+  num_sms_ = prop.multiProcessorCount;
+  description_ =
+      fmt::format("cuda ({}, sm_{}{}, {} SMs, {:.0f} GiB)", prop.name, prop.major, prop.minor,
+                  prop.multiProcessorCount, double(prop.totalGlobalMem) / double(1 << 30));
   NV_CUDA_CHECK("init", cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   gemm_ = std::make_unique<LtGemm>();
   host_sampler_ = std::make_unique<cpu::CpuBackend>(1);
@@ -168,13 +171,15 @@ void CudaBackend::upload(Tensor dst, const void* host) {
   NV_CHECK(dst.is_contiguous(), "cuda upload into non-contiguous {}", dst.describe());
   if (dst.nbytes() == 0) return;
   // Pageable source: the copy has left `host` when the call returns; stream order kept.
-  NV_CUDA_CHECK("upload", cudaMemcpyAsync(dst.data, host, dst.nbytes(), cudaMemcpyHostToDevice, stream_));
+  NV_CUDA_CHECK("upload",
+                cudaMemcpyAsync(dst.data, host, dst.nbytes(), cudaMemcpyHostToDevice, stream_));
 }
 
 void CudaBackend::download(void* host, Tensor src) {
   NV_CHECK(src.is_contiguous(), "cuda download from non-contiguous {}", src.describe());
   if (src.nbytes() == 0) return;
-  NV_CUDA_CHECK("download", cudaMemcpyAsync(host, src.data, src.nbytes(), cudaMemcpyDeviceToHost, stream_));
+  NV_CUDA_CHECK("download",
+                cudaMemcpyAsync(host, src.data, src.nbytes(), cudaMemcpyDeviceToHost, stream_));
   NV_CUDA_CHECK("download", cudaStreamSynchronize(stream_));
 }
 
@@ -188,7 +193,8 @@ void CudaBackend::copy(Tensor dst, Tensor src) {
   if (dst.numel() == 0) return;
   const size_t es = dtype_size(dst.dtype);
   if (dst.is_contiguous() && src.is_contiguous()) {
-    NV_CUDA_CHECK("copy", cudaMemcpyAsync(dst.data, src.data, dst.nbytes(), cudaMemcpyDeviceToDevice, stream_));
+    NV_CUDA_CHECK("copy", cudaMemcpyAsync(dst.data, src.data, dst.nbytes(),
+                                          cudaMemcpyDeviceToDevice, stream_));
     return;
   }
   // Rows of the last dim: 2-D directly, 3-D per index of dim 0.
@@ -198,7 +204,8 @@ void CudaBackend::copy(Tensor dst, Tensor src) {
     const int64_t dpitch = dst.ndim == 1 ? 0 : dst.stride[last - 1];
     const int64_t spitch = src.ndim == 1 ? 0 : src.stride[last - 1];
     char* d0 = static_cast<char*>(dst.data) + (dst.ndim == 3 ? i * dst.stride[0] : 0) * int64_t(es);
-    const char* s0 = static_cast<const char*>(src.data) + (src.ndim == 3 ? i * src.stride[0] : 0) * int64_t(es);
+    const char* s0 =
+        static_cast<const char*>(src.data) + (src.ndim == 3 ? i * src.stride[0] : 0) * int64_t(es);
     const size_t width = size_t(dst.shape[last]) * es;
     NV_CUDA_CHECK("copy", cudaMemcpy2DAsync(d0, rows == 1 ? width : size_t(dpitch) * es, s0,
                                             rows == 1 ? width : size_t(spitch) * es, width,
@@ -312,9 +319,9 @@ void CudaBackend::rms_norm(Tensor out, Tensor x, Tensor weight, float eps) {
   check_act(x, "rms_norm x");
   check_act(out, "rms_norm out");
   const int64_t d = x.size(-1);
-  NV_CHECK(same_shape(out, x) && weight.ndim == 1 &&
-               weight.dtype == DType::BF16 && weight.shape[0] == d,
-           "cuda rms_norm out {} x {} weight {}", out.describe(), x.describe(), weight.describe());
+  NV_CHECK(
+      same_shape(out, x) && weight.ndim == 1 && weight.dtype == DType::BF16 && weight.shape[0] == d,
+      "cuda rms_norm out {} x {} weight {}", out.describe(), x.describe(), weight.describe());
   launch_rms_norm(rows_of(out), rows_of(x), weight.ptr<const uint16_t>(), d, eps, stream_);
 }
 
@@ -344,14 +351,15 @@ void CudaBackend::rope(Tensor x, Tensor positions, Tensor cos_sin) {
 void CudaBackend::silu_and_mul(Tensor out, Tensor x) {
   check_act(x, "silu_and_mul x");
   check_act(out, "silu_and_mul out");
-  NV_CHECK(x.ndim == 2 && out.ndim == 2 && x.shape[0] == out.shape[0] &&
-               x.shape[1] == 2 * out.shape[1],
-           "cuda silu_and_mul out {} x {}", out.describe(), x.describe());
+  NV_CHECK(
+      x.ndim == 2 && out.ndim == 2 && x.shape[0] == out.shape[0] && x.shape[1] == 2 * out.shape[1],
+      "cuda silu_and_mul out {} x {}", out.describe(), x.describe());
   launch_silu_and_mul(out.ptr<uint16_t>(), out.stride[0], x.ptr<const uint16_t>(), x.stride[0],
                       x.shape[0], out.shape[1], stream_);
 }
 
-void CudaBackend::store_kv(Tensor k, Tensor v, const LayerKVCache& cache, const ForwardBatch& batch) {
+void CudaBackend::store_kv(Tensor k, Tensor v, const LayerKVCache& cache,
+                           const ForwardBatch& batch) {
   check_cache(cache);
   const int64_t hkv = cache.k.shape[2], d = cache.k.shape[3];
   for (const Tensor* t : {&k, &v}) {
@@ -379,7 +387,8 @@ void CudaBackend::qk_norm_rope_store_kv(Tensor q, Tensor k, Tensor v, const Tens
     NV_CHECK(t->ndim == 3 && t->shape[0] == q.shape[0] && t->shape[1] == hkv && t->shape[2] == d,
              "cuda qk_norm_rope_store_kv {} into a cache of {}", t->describe(), cache.k.describe());
   }
-  NV_CHECK((q_norm == nullptr) == (k_norm == nullptr), "cuda qk_norm_rope_store_kv: q_norm and k_norm go together");
+  NV_CHECK((q_norm == nullptr) == (k_norm == nullptr),
+           "cuda qk_norm_rope_store_kv: q_norm and k_norm go together");
   for (const Tensor* w : {q_norm, k_norm})
     NV_CHECK(!w || (w->ndim == 1 && w->dtype == DType::BF16 && w->shape[0] == d),
              "cuda qk_norm_rope_store_kv norm weight {}", w->describe());
@@ -388,13 +397,12 @@ void CudaBackend::qk_norm_rope_store_kv(Tensor q, Tensor k, Tensor v, const Tens
   NV_CHECK(cos_sin.ndim == 2 && cos_sin.dtype == DType::F32 && cos_sin.is_contiguous() &&
                cos_sin.shape[1] == d,
            "cuda qk_norm_rope_store_kv cos_sin {}", cos_sin.describe());
-  launch_qk_norm_rope_store(rows_of(q), rows_of(k), rows_of(v),
-                            q_norm ? q_norm->ptr<const uint16_t>() : nullptr,
-                            k_norm ? k_norm->ptr<const uint16_t>() : nullptr, eps,
-                            positions.ptr<const int32_t>(), cos_sin.ptr<const float>(),
-                            cos_sin.shape[0], d, batch.slot_mapping.ptr<const int32_t>(),
-                            cache.k.ptr<uint16_t>(), cache.v.ptr<uint16_t>(),
-                            cache.k.shape[0] * cache.k.shape[1], stream_);
+  launch_qk_norm_rope_store(
+      rows_of(q), rows_of(k), rows_of(v), q_norm ? q_norm->ptr<const uint16_t>() : nullptr,
+      k_norm ? k_norm->ptr<const uint16_t>() : nullptr, eps, positions.ptr<const int32_t>(),
+      cos_sin.ptr<const float>(), cos_sin.shape[0], d, batch.slot_mapping.ptr<const int32_t>(),
+      cache.k.ptr<uint16_t>(), cache.v.ptr<uint16_t>(), cache.k.shape[0] * cache.k.shape[1],
+      stream_);
 }
 
 void CudaBackend::attention_prefill(Tensor out, Tensor q, const LayerKVCache& cache,
@@ -402,8 +410,8 @@ void CudaBackend::attention_prefill(Tensor out, Tensor q, const LayerKVCache& ca
   check_attention(out, q, cache, batch, batch.num_tokens, "attention_prefill");
   check_i32(batch.cu_seqlens_q, batch.num_seqs + 1, "attention_prefill cu_seqlens_q");
   check_i32(batch.context_lens, batch.num_seqs, "attention_prefill context_lens");
-  launch_attention_prefill(out.ptr<uint16_t>(), rows_of(q), int32_t(q.shape[1]), paged(cache, batch),
-                           batch.cu_seqlens_q.ptr<const int32_t>(),
+  launch_attention_prefill(out.ptr<uint16_t>(), rows_of(q), int32_t(q.shape[1]),
+                           paged(cache, batch), batch.cu_seqlens_q.ptr<const int32_t>(),
                            batch.context_lens.ptr<const int32_t>(), batch.num_seqs,
                            batch.max_seqlen_q, scale, stream_);
 }
@@ -418,9 +426,10 @@ void CudaBackend::attention_decode(Tensor out, Tensor q, const LayerKVCache& cac
   const int64_t hq = q.shape[1];
   const int64_t floats = decode_partials_floats(batch.num_seqs, hq, cache.k.shape[3], parts);
   float* ws = floats > 0 ? decode_workspace(size_t(floats)) : nullptr;
+  const int grid_parts = decode_grid_partitions(batch.num_seqs, cache.k.shape[2], num_sms_, parts);
   launch_attention_decode(out.ptr<uint16_t>(), rows_of(q), int32_t(hq), paged(cache, batch),
-                          batch.context_lens.ptr<const int32_t>(), batch.num_seqs, parts, scale,
-                          ws, stream_);
+                          batch.context_lens.ptr<const int32_t>(), batch.num_seqs, parts,
+                          grid_parts, scale, ws, stream_);
 }
 
 void CudaBackend::gather_rows(Tensor out, Tensor x, Tensor indices) {

@@ -70,6 +70,7 @@ class CudaBackend : public Backend {
   float* decode_workspace(size_t floats);  // grows outside graph capture only
 
   int device_ = 0;
+  int num_sms_ = 1;
   cudaStream_t stream_ = nullptr;
   std::string description_;
   std::unique_ptr<LtGemm> gemm_;

@@ -10,14 +10,14 @@ namespace nanovllm::cuda {
 
 }  // namespace nanovllm::cuda
 
-#define NV_CUDA_CHECK(op, call)                                             \
-  do {                                                                      \
-    const cudaError_t nv_err_ = (call);                                     \
+#define NV_CUDA_CHECK(op, call)                                                    \
+  do {                                                                             \
+    const cudaError_t nv_err_ = (call);                                            \
     if (nv_err_ != cudaSuccess) ::nanovllm::cuda::cuda_failed(op, #call, nv_err_); \
   } while (0)
 
-#define NV_CUBLAS_CHECK(op, call)                                                    \
-  do {                                                                               \
-    const int nv_status_ = int(call);                                                \
-    if (nv_status_ != 0) ::nanovllm::cuda::cublas_failed(op, #call, nv_status_);      \
+#define NV_CUBLAS_CHECK(op, call)                                                \
+  do {                                                                           \
+    const int nv_status_ = int(call);                                            \
+    if (nv_status_ != 0) ::nanovllm::cuda::cublas_failed(op, #call, nv_status_); \
   } while (0)

@@ -54,25 +54,26 @@ __global__ void add_bias_kernel(void* out, bool out_f32, int64_t out_stride, con
 void launch_embedding(uint16_t* out, int64_t out_stride, const int32_t* ids, int64_t tokens,
                       const uint16_t* table, int64_t vocab, int64_t hidden, cudaStream_t stream) {
   if (tokens == 0) return;
-  embedding_kernel<<<unsigned(tokens), 128, 0, stream>>>(out, out_stride, ids, table, vocab, hidden);
+  embedding_kernel<<<unsigned(tokens), 128, 0, stream>>>(out, out_stride, ids, table, vocab,
+                                                         hidden);
   NV_CUDA_CHECK("embedding", cudaGetLastError());
 }
 
-void launch_gather_rows(void* out, int64_t out_stride_bytes, const void* x,
-                        int64_t x_stride_bytes, int64_t x_rows, const int32_t* idx, int64_t n,
-                        int64_t row_bytes, cudaStream_t stream) {
+void launch_gather_rows(void* out, int64_t out_stride_bytes, const void* x, int64_t x_stride_bytes,
+                        int64_t x_rows, const int32_t* idx, int64_t n, int64_t row_bytes,
+                        cudaStream_t stream) {
   if (n == 0) return;
-  gather_rows_kernel<<<unsigned(n), 128, 0, stream>>>(
-      static_cast<char*>(out), out_stride_bytes, static_cast<const char*>(x), x_stride_bytes,
-      x_rows, idx, row_bytes / 2);
+  gather_rows_kernel<<<unsigned(n), 128, 0, stream>>>(static_cast<char*>(out), out_stride_bytes,
+                                                      static_cast<const char*>(x), x_stride_bytes,
+                                                      x_rows, idx, row_bytes / 2);
   NV_CUDA_CHECK("gather_rows", cudaGetLastError());
 }
 
 void launch_add_bias(void* out, bool out_f32, int64_t out_stride, const uint16_t* bias,
                      int64_t rows, int64_t n, cudaStream_t stream) {
   if (rows * n == 0) return;
-  add_bias_kernel<<<unsigned(blocks_for(rows * n, 256)), 256, 0, stream>>>(out, out_f32,
-                                                                          out_stride, bias, rows, n);
+  add_bias_kernel<<<unsigned(blocks_for(rows * n, 256)), 256, 0, stream>>>(out, out_f32, out_stride,
+                                                                           bias, rows, n);
   NV_CUDA_CHECK("linear (bias)", cudaGetLastError());
 }
 

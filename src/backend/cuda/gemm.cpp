@@ -38,10 +38,14 @@ void make_descriptors(cublasLtMatmulDesc_t* desc, cublasLtMatrixLayout_t* a,
                       int64_t k, int64_t ldx, int64_t ldo, bool out_f32) {
   NV_CUBLAS_CHECK("linear", cublasLtMatmulDescCreate(desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-  NV_CUBLAS_CHECK("linear", cublasLtMatmulDescSetAttribute(*desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
-  NV_CUBLAS_CHECK("linear", cublasLtMatmulDescSetAttribute(*desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
-  NV_CUBLAS_CHECK("linear", cublasLtMatrixLayoutCreate(a, CUDA_R_16BF, uint64_t(k), uint64_t(n), k));
-  NV_CUBLAS_CHECK("linear", cublasLtMatrixLayoutCreate(b, CUDA_R_16BF, uint64_t(k), uint64_t(m), ldx));
+  NV_CUBLAS_CHECK("linear", cublasLtMatmulDescSetAttribute(*desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta,
+                                                           sizeof(ta)));
+  NV_CUBLAS_CHECK("linear", cublasLtMatmulDescSetAttribute(*desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb,
+                                                           sizeof(tb)));
+  NV_CUBLAS_CHECK("linear",
+                  cublasLtMatrixLayoutCreate(a, CUDA_R_16BF, uint64_t(k), uint64_t(n), k));
+  NV_CUBLAS_CHECK("linear",
+                  cublasLtMatrixLayoutCreate(b, CUDA_R_16BF, uint64_t(k), uint64_t(m), ldx));
   NV_CUBLAS_CHECK("linear", cublasLtMatrixLayoutCreate(c, out_f32 ? CUDA_R_32F : CUDA_R_16BF,
                                                        uint64_t(n), uint64_t(m), ldo));
 }
@@ -67,19 +71,24 @@ cublasLtMatmulAlgo_t LtGemm::choose(const Key& key, int64_t heuristic_m) {
   NV_CUBLAS_CHECK("linear", cublasLtMatmulPreferenceCreate(&pref));
   const uint64_t ws = workspace_bytes_;
   const uint32_t ao = uint32_t(align_o), ax = uint32_t(align_x), aw = uint32_t(align_w);
-  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
-  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aw, sizeof(aw));
-  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ax, sizeof(ax));
-  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ao, sizeof(ao));
-  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ao, sizeof(ao));
+  NV_CUBLAS_CHECK("linear", cublasLtMatmulPreferenceSetAttribute(
+                                pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+  NV_CUBLAS_CHECK("linear", cublasLtMatmulPreferenceSetAttribute(
+                                pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aw, sizeof(aw)));
+  NV_CUBLAS_CHECK("linear", cublasLtMatmulPreferenceSetAttribute(
+                                pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ax, sizeof(ax)));
+  NV_CUBLAS_CHECK("linear", cublasLtMatmulPreferenceSetAttribute(
+                                pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ao, sizeof(ao)));
+  NV_CUBLAS_CHECK("linear", cublasLtMatmulPreferenceSetAttribute(
+                                pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ao, sizeof(ao)));
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
-  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle_, p.desc, p.a, p.b, p.c, p.c,
-                                                           pref, 1, &result, &found);
+  const cublasStatus_t st =
+      cublasLtMatmulAlgoGetHeuristic(handle_, p.desc, p.a, p.b, p.c, p.c, pref, 1, &result, &found);
   cublasLtMatmulPreferenceDestroy(pref);
   if (st != CUBLAS_STATUS_SUCCESS || found == 0)
-    fail("cuda linear: cuBLASLt has no algorithm for [{}, {}] x [{}, {}]^T (status {})", m, k, n,
-         k, int(st));
+    fail("cuda linear: cuBLASLt has no algorithm for [{}, {}] x [{}, {}]^T (status {})", m, k, n, k,
+         int(st));
   return result.algo;
 }
 
@@ -107,12 +116,20 @@ LtGemm::Plan& LtGemm::plan(const Key& key) {
 void LtGemm::run(void* out, bool out_f32, int64_t ldo, const void* x, int64_t ldx, const void* w,
                  int64_t m, int64_t n, int64_t k, cudaStream_t stream) {
   if (m == 0 || n == 0) return;
-  const Key key{m, n, k, ldx, ldo, out_f32, alignment(out, ldo, out_f32 ? 4 : 2),
-                alignment(x, ldx, 2), alignment(w, k, 2)};
+  const Key key{m,
+                n,
+                k,
+                ldx,
+                ldo,
+                out_f32,
+                alignment(out, ldo, out_f32 ? 4 : 2),
+                alignment(x, ldx, 2),
+                alignment(w, k, 2)};
   Plan& p = plan(key);
   const float alpha = 1.0f, beta = 0.0f;
-  NV_CUBLAS_CHECK("linear", cublasLtMatmul(handle_, p.desc, &alpha, w, p.a, x, p.b, &beta, out, p.c,
-                                           out, p.c, &p.algo, workspace_, workspace_bytes_, stream));
+  NV_CUBLAS_CHECK("linear",
+                  cublasLtMatmul(handle_, p.desc, &alpha, w, p.a, x, p.b, &beta, out, p.c, out, p.c,
+                                 &p.algo, workspace_, workspace_bytes_, stream));
 }
 
 }  // namespace nanovllm::cuda

@@ -71,11 +71,11 @@ void launch_mt(void* out, bool out_f32, int64_t out_stride, const uint16_t* x, i
                cudaStream_t stream) {
   const unsigned grid = unsigned((n + kGemvWarps - 1) / kGemvWarps);
   if (out_f32) {
-    gemv_kernel<MT, true><<<grid, kGemvWarps * 32, 0, stream>>>(out, out_stride, x, x_stride, w,
-                                                                bias, int(m), n, k);
+    gemv_kernel<MT, true>
+        <<<grid, kGemvWarps * 32, 0, stream>>>(out, out_stride, x, x_stride, w, bias, int(m), n, k);
   } else {
-    gemv_kernel<MT, false><<<grid, kGemvWarps * 32, 0, stream>>>(out, out_stride, x, x_stride, w,
-                                                                 bias, int(m), n, k);
+    gemv_kernel<MT, false>
+        <<<grid, kGemvWarps * 32, 0, stream>>>(out, out_stride, x, x_stride, w, bias, int(m), n, k);
   }
 }
 
@@ -86,11 +86,21 @@ void launch_gemv(void* out, bool out_f32, int64_t out_stride, const uint16_t* x,
                  cudaStream_t stream) {
   if (m == 0 || n == 0) return;
   switch (gemv_m_tile(m)) {
-    case 1: launch_mt<1>(out, out_f32, out_stride, x, x_stride, w, bias, m, n, k, stream); break;
-    case 2: launch_mt<2>(out, out_f32, out_stride, x, x_stride, w, bias, m, n, k, stream); break;
-    case 4: launch_mt<4>(out, out_f32, out_stride, x, x_stride, w, bias, m, n, k, stream); break;
-    case 8: launch_mt<8>(out, out_f32, out_stride, x, x_stride, w, bias, m, n, k, stream); break;
-    default: launch_mt<16>(out, out_f32, out_stride, x, x_stride, w, bias, m, n, k, stream); break;
+    case 1:
+      launch_mt<1>(out, out_f32, out_stride, x, x_stride, w, bias, m, n, k, stream);
+      break;
+    case 2:
+      launch_mt<2>(out, out_f32, out_stride, x, x_stride, w, bias, m, n, k, stream);
+      break;
+    case 4:
+      launch_mt<4>(out, out_f32, out_stride, x, x_stride, w, bias, m, n, k, stream);
+      break;
+    case 8:
+      launch_mt<8>(out, out_f32, out_stride, x, x_stride, w, bias, m, n, k, stream);
+      break;
+    default:
+      launch_mt<16>(out, out_f32, out_stride, x, x_stride, w, bias, m, n, k, stream);
+      break;
   }
   NV_CUDA_CHECK("linear (gemv)", cudaGetLastError());
 }

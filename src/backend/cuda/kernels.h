@@ -34,9 +34,9 @@ struct PagedKV {
 void launch_embedding(uint16_t* out, int64_t out_stride, const int32_t* ids, int64_t tokens,
                       const uint16_t* table, int64_t vocab, int64_t hidden, cudaStream_t stream);
 // out[b] = x[idx[b]] for rows of row_bytes bytes (even); strides in bytes.
-void launch_gather_rows(void* out, int64_t out_stride_bytes, const void* x,
-                        int64_t x_stride_bytes, int64_t x_rows, const int32_t* idx, int64_t n,
-                        int64_t row_bytes, cudaStream_t stream);
+void launch_gather_rows(void* out, int64_t out_stride_bytes, const void* x, int64_t x_stride_bytes,
+                        int64_t x_rows, const int32_t* idx, int64_t n, int64_t row_bytes,
+                        cudaStream_t stream);
 // out[t, :] += bias (out bf16 or f32 [rows, n]).
 void launch_add_bias(void* out, bool out_f32, int64_t out_stride, const uint16_t* bias,
                      int64_t rows, int64_t n, cudaStream_t stream);
@@ -51,8 +51,8 @@ void launch_add_rms_norm(uint16_t* x, int64_t x_stride, uint16_t* residual, int6
 
 // rope.cu
 // x: [tokens, heads, d] as Rows (inner = heads); cos_sin f32 [max_pos, d].
-void launch_rope(Rows x, const int32_t* positions, const float* cos_sin, int64_t max_pos,
-                 int64_t d, cudaStream_t stream);
+void launch_rope(Rows x, const int32_t* positions, const float* cos_sin, int64_t max_pos, int64_t d,
+                 cudaStream_t stream);
 // Fused: q, k rms-normed (when q_norm / k_norm are given) and rotated in place, then k and v
 // stored at slot_mapping (slot -1: nothing). q: [T, hq, d], k, v: [T, hkv, d] (Rows).
 void launch_qk_norm_rope_store(Rows q, Rows k, Rows v, const uint16_t* q_norm,
@@ -76,11 +76,14 @@ void launch_attention_prefill(uint16_t* out, Rows q, int32_t hq, PagedKV kv,
                               cudaStream_t stream);
 
 // attention_decode.cu: out [B, hq, d] contiguous; q [B, hq, d] (Rows, inner = hq).
+// num_partitions: the most any sequence may use (the block table's width); grid_partitions:
+// CTAs per (sequence, kv head), each looping over partitions (launch.h decode_grid_partitions).
 // partials: f32 workspace of decode_partials_floats(B, hq, d, num_partitions) floats.
 int64_t decode_partials_floats(int64_t num_seqs, int64_t hq, int64_t d, int num_partitions);
 void launch_attention_decode(uint16_t* out, Rows q, int32_t hq, PagedKV kv,
                              const int32_t* context_lens, int32_t num_seqs, int num_partitions,
-                             float scale, float* partials, cudaStream_t stream);
+                             int grid_partitions, float scale, float* partials,
+                             cudaStream_t stream);
 
 // gemv.cu: out[m, n] = sum_k x[m, k] w[n, k] (+ bias[n]); m <= kGemvMaxM (launch.h).
 void launch_gemv(void* out, bool out_f32, int64_t out_stride, const uint16_t* x, int64_t x_stride,

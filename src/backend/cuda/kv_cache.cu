@@ -23,8 +23,8 @@ __global__ void store_kv_kernel(Rows k, Rows v, int64_t d, const int32_t* slot_m
     const int32_t slot = slot_mapping[t];
     if (slot < 0 || slot >= num_slots) continue;
     const Rows& src = is_v ? v : k;
-    const uint16_t* s = static_cast<const uint16_t*>(src.data) +
-                        row_offset(row, hkv, src.stride0, src.stride1) + c;
+    const uint16_t* s =
+        static_cast<const uint16_t*>(src.data) + row_offset(row, hkv, src.stride0, src.stride1) + c;
     uint16_t* dst = (is_v ? v_cache : k_cache) + slot_offset(slot, hkv * d) + h * d + c;
     if constexpr (vec == 8) {
       *reinterpret_cast<uint4*>(dst) = load8_raw(s);

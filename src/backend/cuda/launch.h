@@ -26,6 +26,16 @@ inline int decode_num_partitions(int64_t max_keys) {
 // Partitions sequence b actually uses: its own context length, never the batch's maximum.
 inline int decode_seq_partitions(int64_t context_len) { return decode_num_partitions(context_len); }
 
+// CTAs per (sequence, kv head) of the decode grid: about 4 waves of CTAs over the SMs, at most
+// the partitions the widest row can have, at least 1. Each CTA loops over its sequence's
+// partitions with stride = this count, so it changes the speed, never the result. Fixed per
+// captured graph (it depends on the bucket's size and the table width only).
+inline int decode_grid_partitions(int64_t num_seqs, int64_t hkv, int num_sms, int max_partitions) {
+  const int64_t ctas = num_seqs * hkv;
+  const int64_t want = (int64_t(4) * num_sms + ctas - 1) / (ctas < 1 ? 1 : ctas);
+  return int(want < 1 ? 1 : (want > max_partitions ? max_partitions : want));
+}
+
 // The decode kernel's register tile of query heads: the smallest of 1, 2, 4, 8 that holds a GQA
 // group of `group` heads; 0 if none does.
 inline int decode_group_tile(int group) {
@@ -62,8 +72,7 @@ inline int gemv_m_tile(int64_t m) {
 }
 // 16-byte loads need K % 8 == 0 and 16-byte aligned rows.
 inline bool gemv_eligible(int64_t m, int64_t k, int64_t x_stride, uintptr_t x, uintptr_t w) {
-  return m >= 1 && m <= kGemvMaxM && k % 8 == 0 && x_stride % 8 == 0 && x % 16 == 0 &&
-         w % 16 == 0;
+  return m >= 1 && m <= kGemvMaxM && k % 8 == 0 && x_stride % 8 == 0 && x % 16 == 0 && w % 16 == 0;
 }
 
 // cuBLASLt's algorithm for M rows is chosen for this M (and cached): decode batches padded to a

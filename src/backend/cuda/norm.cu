@@ -17,7 +17,8 @@ __global__ void rms_norm_kernel(Rows out, Rows x, const uint16_t* weight, int64_
   if (r >= x.rows) return;
   const uint16_t* xr =
       static_cast<const uint16_t*>(x.data) + row_offset(r, x.inner, x.stride0, x.stride1);
-  uint16_t* orow = static_cast<uint16_t*>(out.data) + row_offset(r, out.inner, out.stride0, out.stride1);
+  uint16_t* orow =
+      static_cast<uint16_t*>(out.data) + row_offset(r, out.inner, out.stride0, out.stride1);
   const bool vec = d % 8 == 0 && aligned16(xr) && aligned16(orow) && aligned16(weight);
   const float ss = row_sum_squares(xr, d, vec, lane);
   const float inv = rsqrtf(warp_sum(ss) / float(d) + eps);
@@ -31,7 +32,8 @@ __global__ void rms_norm_kernel(Rows out, Rows x, const uint16_t* weight, int64_
       store8(orow + i, f);
     }
   } else {
-    for (int64_t i = lane; i < d; i += 32) st_bf16(orow + i, ld_bf16(xr + i) * inv * ld_bf16(weight + i));
+    for (int64_t i = lane; i < d; i += 32)
+      st_bf16(orow + i, ld_bf16(xr + i) * inv * ld_bf16(weight + i));
   }
 }
 
@@ -77,7 +79,8 @@ __global__ void add_rms_norm_kernel(uint16_t* x, int64_t x_stride, uint16_t* res
       store8(xr + i, f);
     }
   } else {
-    for (int64_t i = lane; i < d; i += 32) st_bf16(xr + i, ld_bf16(rr + i) * inv * ld_bf16(weight + i));
+    for (int64_t i = lane; i < d; i += 32)
+      st_bf16(xr + i, ld_bf16(rr + i) * inv * ld_bf16(weight + i));
   }
 }
 

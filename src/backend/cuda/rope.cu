@@ -9,8 +9,8 @@ namespace {
 
 // One thread per (row, pair i < d/2); rows are (token, head). A position outside the table
 // leaves the row as it is (the engine never sends one).
-__global__ void rope_kernel(Rows x, const int32_t* positions, const float* cos_sin,
-                            int64_t max_pos, int64_t d) {
+__global__ void rope_kernel(Rows x, const int32_t* positions, const float* cos_sin, int64_t max_pos,
+                            int64_t d) {
   const int64_t half = d / 2, total = x.rows * half;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total;
        i += int64_t(gridDim.x) * blockDim.x) {
@@ -90,11 +90,11 @@ __global__ void qk_norm_rope_store_kernel(Rows q, Rows k, Rows v, const uint16_t
 
 }  // namespace
 
-void launch_rope(Rows x, const int32_t* positions, const float* cos_sin, int64_t max_pos,
-                 int64_t d, cudaStream_t stream) {
+void launch_rope(Rows x, const int32_t* positions, const float* cos_sin, int64_t max_pos, int64_t d,
+                 cudaStream_t stream) {
   if (x.rows == 0) return;
-  rope_kernel<<<unsigned(blocks_for(x.rows * d / 2, 256)), 256, 0, stream>>>(x, positions,
-                                                                            cos_sin, max_pos, d);
+  rope_kernel<<<unsigned(blocks_for(x.rows * d / 2, 256)), 256, 0, stream>>>(x, positions, cos_sin,
+                                                                             max_pos, d);
   NV_CUDA_CHECK("rope", cudaGetLastError());
 }
 

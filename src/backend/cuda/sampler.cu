@@ -47,7 +47,8 @@ __global__ void __launch_bounds__(kSampleThreads)
   const float* x = logits + b * stride;
   const float temperature = temperatures[b];
   Best best{-INFINITY, 0x7fffffff};
-  for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) best = better(best, {clean_logit(x[i]), int32_t(i)});
+  for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x)
+    best = better(best, {clean_logit(x[i]), int32_t(i)});
   best = block_best(best);
   if (temperature == 0.0f || best.v == -INFINITY) {  // greedy; or every logit -inf / NaN: token 0
     if (threadIdx.x == 0) out[b] = best.v == -INFINITY ? 0 : best.i;
@@ -71,8 +72,8 @@ void launch_sample(int32_t* out, const float* logits, int64_t logits_stride, int
                    int64_t vocab, const float* temperatures, const int64_t* seeds,
                    const int64_t* offsets, cudaStream_t stream) {
   if (num_seqs == 0) return;
-  sample_kernel<<<unsigned(num_seqs), kSampleThreads, 0, stream>>>(out, logits, logits_stride, vocab,
-                                                                   temperatures, seeds, offsets);
+  sample_kernel<<<unsigned(num_seqs), kSampleThreads, 0, stream>>>(
+      out, logits, logits_stride, vocab, temperatures, seeds, offsets);
   NV_CUDA_CHECK("sample", cudaGetLastError());
 }
 
