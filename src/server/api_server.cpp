@@ -1,5 +1,7 @@
 #include "server/api_server.h"
 
+#include <sys/resource.h>
+
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -48,6 +50,12 @@ class ApiServer {
   }
 
   int run() {
+    // A socket per connection: allow as many as the hard limit does.
+    rlimit files{};
+    if (::getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
+      files.rlim_cur = files.rlim_max;
+      ::setrlimit(RLIMIT_NOFILE, &files);
+    }
     beast::error_code ec;
     auto address = net::ip::make_address(opts_.host, ec);
     if (ec) fail("--host '{}' is not an IP address", opts_.host);

@@ -175,11 +175,23 @@ void HttpSession::finish_request() {
   beast::error_code ignored;
   if (watching_) stream_.socket().cancel(ignored);  // nothing else is pending now
   if (closing_ || !keep_alive_) {
+    // Lingering close: stop sending, then discard what the peer still sends (for 2 s at most), so
+    // that closing with unread bytes does not reset the connection before the peer reads our reply.
     stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
-    stream_.socket().close(ignored);
+    stream_.expires_after(std::chrono::seconds(2));
+    drain();
     return;
   }
   read_request();
+}
+
+void HttpSession::drain() {
+  auto buf = std::make_shared<std::array<char, 4096>>();
+  stream_.async_read_some(net::buffer(*buf), [self = shared_from_this(), buf](beast::error_code ec, size_t) {
+    if (!ec) return self->drain();
+    beast::error_code ignored;
+    self->stream_.socket().close(ignored);
+  });
 }
 
 void HttpSession::close_when_idle() {

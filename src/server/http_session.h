@@ -6,6 +6,7 @@
 // Disconnects: while a request is being handled, a pending wait-for-readable on the socket sees the
 // peer close (readable with nothing to read, or an error); so does a failed write. Either calls
 // the on_disconnect hook once, so that the router aborts the request's generation.
+#include <array>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -74,6 +75,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   void on_written(beast::error_code ec, bool last);
   void fail_connection();
   void finish_request();
+  void drain();
 
   beast::tcp_stream stream_;
   beast::flat_buffer buffer_;

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <optional>
 
+#include "engine/stop_checker.h"
+#include "runtime/sampling_rng.h"
 #include "server/reasoning_parser.h"
 #include "server/serving_context.h"
 #include "server/tool_parser.h"
@@ -25,12 +27,16 @@ struct Choice {
   int completion_tokens = 0;
   bool done = false;
   bool started = false;  // stream: the first chunk (chat role / completions echo) went out
+  std::optional<StopChecker> stop;  // stop strings: applied to the streamed text here
+  std::string stop_reason;          // the stop string that matched
   std::optional<ReasoningParser> reasoning;
   std::optional<ToolParser> tools;
   std::string content, reasoning_content;  // chat, parsed
   std::vector<ToolCall> calls;
   int text_offset = 0;  // completions logprobs: offset of the next token's text
 };
+
+Json stop_reason(const Choice& c) { return c.stop_reason.empty() ? Json(nullptr) : Json(c.stop_reason); }
 
 double finite_logprob(float v) { return std::isfinite(v) ? double(v) : -9999.0; }
 
@@ -143,10 +149,10 @@ void GenerationJob::start() {
                   "({} in the prompt, {} in the completion)", max_model_len, int64_t(len) + sp.max_tokens,
                   len, sp.max_tokens);
     }
-    sp.n = 1;  // the n samples are n requests: sample i takes seed + i
+    sp.n = 1;  // the n samples are n requests; sample i's seed as LLM::generate derives it
     for (int i = 0; i < n; ++i) {
       SamplingParams si = sp;
-      if (sp.seed) si.seed = *sp.seed + uint64_t(i);
+      if (sp.seed) si.seed = sample_seed(*sp.seed, i);
       prompts.push_back(prompt_ids_[p]);
       params.push_back(si);
     }
@@ -165,6 +171,7 @@ void GenerationJob::start() {
     c.index = int(i);
     c.prompt_index = int(i) / n;
     c.stream = streams[i];
+    if (!req_.params.stop.empty()) c.stop.emplace(req_.params.stop, req_.params.include_stop_str_in_output);
     if (req_.chat) {
       c.reasoning.emplace(starts_in_reasoning_);
       if (parse_tools) c.tools.emplace(fmt::format("call_{}_{}_", id_, i));
@@ -256,6 +263,23 @@ Json GenerationJob::usage() const {
 
 void GenerationJob::on_event(Choice& c, RequestEvent& e) {
   c.completion_tokens = e.num_completion_tokens;
+  if (c.stop) {
+    if (c.stop->stopped()) {  // aborted after a stop string: only its final event is left
+      e.text.clear();
+      e.logprobs.clear();
+      if (e.finished) e.finish_reason = "stop";
+    } else {
+      std::string shown = c.stop->add(e.text, c.completion_tokens >= req_.params.min_tokens);
+      if (c.stop->stopped()) {
+        c.stop_reason = c.stop->matched();
+        ctx_.async->abort(c.stream->request_id());
+        if (e.finished) e.finish_reason = "stop";
+      } else if (e.finished) {
+        shown += c.stop->finish();
+      }
+      e.text = std::move(shown);
+    }
+  }
   if (e.finished) {
     c.done = true;
     c.finish_reason = e.finish_reason;
@@ -333,10 +357,10 @@ void GenerationJob::finish_choice_stream(Choice& c) {
   if (req_.chat && !c.calls.empty() && reason == "stop") reason = "tool_calls";
   if (req_.chat) {
     send_chunk(chunk(Json::array({Json{{"index", c.index}, {"delta", Json::object()}, {"logprobs", nullptr},
-                                       {"finish_reason", reason}, {"stop_reason", nullptr}}})));
+                                       {"finish_reason", reason}, {"stop_reason", stop_reason(c)}}})));
   } else {
     send_chunk(chunk(Json::array({Json{{"index", c.index}, {"text", ""}, {"logprobs", nullptr},
-                                       {"finish_reason", reason}, {"stop_reason", nullptr}}})));
+                                       {"finish_reason", reason}, {"stop_reason", stop_reason(c)}}})));
   }
 }
 
@@ -389,11 +413,11 @@ void GenerationJob::complete() {
       message["reasoning_content"] = r.reasoning.empty() ? Json(nullptr) : Json(r.reasoning);
       if (!message.contains("tool_calls")) message["tool_calls"] = Json::array();
       choices.push_back({{"index", c.index}, {"message", message}, {"logprobs", lp},
-                         {"finish_reason", reason}, {"stop_reason", nullptr}});
+                         {"finish_reason", reason}, {"stop_reason", stop_reason(c)}});
     } else {
       std::string text = req_.echo ? prompt_texts_[size_t(c.prompt_index)] + c.text : c.text;
       choices.push_back({{"index", c.index}, {"text", text}, {"logprobs", lp},
-                         {"finish_reason", c.finish_reason}, {"stop_reason", nullptr}});
+                         {"finish_reason", c.finish_reason}, {"stop_reason", stop_reason(c)}});
     }
   }
   Json body = {{"id", id_}, {"object", req_.chat ? "chat.completion" : "text_completion"},
