@@ -60,6 +60,11 @@ Rows rows_of(const Tensor& t) {
 }
 
 void check_cache(const LayerKVCache& c) {
+  if (c.k.dtype != DType::BF16 || c.v.dtype != DType::BF16)
+    fail(
+        "the CUDA backend keeps the KV cache in bf16 only; got a {} cache (use --kv-cache-dtype "
+        "bf16 with --device cuda)",
+        dtype_name(c.k.dtype));
   NV_CHECK(c.k.ndim == 4 && c.k.dtype == DType::BF16 && c.k.is_contiguous() &&
                c.v.is_contiguous() && c.v.dtype == DType::BF16 && same_shape(c.k, c.v),
            "cuda KV cache k {} v {}: expected bf16 [num_blocks, block_size, Hkv, D]",
