@@ -10,7 +10,14 @@ kit=${NANOVLLM_GPU_KIT:-../shared/gpu}
 [ -x "$kit/fetch-debs.sh" ] || { echo "gpu_prepare: no GPU kit at $kit (set NANOVLLM_GPU_KIT)" >&2; exit 1; }
 git check-ignore -q .gpu/x || { echo "gpu_prepare: .gpu/ must be ignored by git (.gitignore)" >&2; exit 1; }
 mkdir -p .gpu
-"$kit/fetch-debs.sh" .gpu/debs "$@"
+# Header-only dependencies the build may have gained since the kit's list was written.
+extra=()
+if grep -rqs "find_package(Boost" CMakeLists.txt src --include=CMakeLists.txt --include='*.cmake'; then
+  extra+=(libboost1.81-dev)
+fi
+"$kit/fetch-debs.sh" .gpu/debs "${extra[@]}" "$@"
+[ -d .gpu/kit ] && chmod -R u+w .gpu/kit  # the shared kit's folders are read-only
 rm -rf .gpu/kit
 cp -r "$kit" .gpu/kit
+chmod -R u+w .gpu/kit
 echo "gpu_prepare: .gpu ready ($(du -sh .gpu | cut -f1)); carry .gpu and run scripts/gpu.sh there"
