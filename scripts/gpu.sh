@@ -103,12 +103,14 @@ phase_bench() {
     # shellcheck disable=SC2086
     if timeout 300 "$bin" bench --model "$model" --device cuda "${flags[@]}" ${NANOVLLM_BENCH_FLAGS:-} \
         > "$out/bench_$mode.json" 2> "$out/bench_$mode.log"; then
-      local tps
+      local tps toks
       tps=$(json_field output_tok_per_s < "$out/bench_$mode.json")
+      toks=$(json_field output_tokens < "$out/bench_$mode.json")
       note "bench $mode" ok "$(python3 -c "
-t=float('$tps'); c=float('${copy:-0}' or 0)
+t=float('$tps'); n=float('$toks'); c=float('${copy:-0}' or 0)
 bound=15.6e12/(c*1e12) if c>0 else 0
-print(f'{t:,.0f} output tok/s; bound {bound:.2f} s = {133966/bound if bound else 0:,.0f} tok/s -> {100*t/(133966/bound) if bound else 0:.0f}% of the roofline')")"
+best=n/bound if bound else 0
+print(f'{t:,.0f} output tok/s ({n:,.0f} tokens); bound {bound:.2f} s = {best:,.0f} tok/s -> {100*t/best if best else 0:.0f}% of the roofline')")"
     else
       note "bench $mode" FAIL "see bench_$mode.log: $(tail -1 "$out/bench_$mode.log")"
     fi
