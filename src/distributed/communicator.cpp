@@ -28,7 +28,7 @@ void check_tensor(const char* primitive, const char* what, const Tensor& t, Devi
 void check_reducible(const char* primitive, DType dtype) {
   switch (dtype) {
     case DType::F32: case DType::BF16: case DType::I32: case DType::I64: return;
-    case DType::F16: break;
+    default: break;
   }
   fail("{}: cannot reduce dtype {} (supported: f32, bf16, i32, i64)", primitive, dtype_name(dtype));
 }
@@ -94,7 +94,7 @@ void reduce_into(void* dst, const void* src, int64_t n, DType dtype, ReduceOp op
     case DType::I64: return reduce_typed(static_cast<int64_t*>(dst), static_cast<const int64_t*>(src), n, op);
     case DType::BF16:
       return reduce_bf16(static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), n, op);
-    case DType::F16: break;
+    default: break;
   }
   fail("reduce: dtype {} is not reducible", dtype_name(dtype));
 }

@@ -282,7 +282,13 @@ class MpiCommunicator final : public Communicator {
       case DType::F32: return MPI_FLOAT;
       case DType::I32: return MPI_INT32_T;
       case DType::I64: return MPI_INT64_T;
-      case DType::BF16: case DType::F16: return MPI_UINT16_T;
+      case DType::BF16: return MPI_UINT16_T;
+      default: break;  // data movement only: an unsigned type of the same size
+    }
+    switch (dtype_size(t)) {
+      case 2: return MPI_UINT16_T;
+      case 4: return MPI_UINT32_T;
+      case 8: return MPI_UINT64_T;
     }
     return MPI_BYTE;
   }

@@ -30,8 +30,14 @@ ncclDataType_t nccl_type(DType t) {
     case DType::F16: return ncclFloat16;
     case DType::I32: return ncclInt32;
     case DType::I64: return ncclInt64;
+    default: break;  // data movement only (reductions are checked before): same-size integers
   }
-  return ncclFloat32;
+  switch (dtype_size(t)) {
+    case 2: return ncclFloat16;
+    case 4: return ncclInt32;
+    case 8: return ncclInt64;
+  }
+  return ncclUint8;
 }
 
 ncclRedOp_t nccl_op(ReduceOp op) {

@@ -38,6 +38,7 @@ struct HostBuf {
       case DType::I32: { int32_t x = int32_t(v); std::memcpy(p, &x, 4); break; }
       case DType::I64: { int64_t x = int64_t(v); std::memcpy(p, &x, 8); break; }
       case DType::F16: { uint16_t h = f32_to_f16(float(v)); std::memcpy(p, &h, 2); break; }
+      default: break;
     }
   }
   double get(int64_t i) const {
@@ -48,6 +49,7 @@ struct HostBuf {
       case DType::I32: { int32_t x; std::memcpy(&x, p, 4); return x; }
       case DType::I64: { int64_t x; std::memcpy(&x, p, 8); return double(x); }
       case DType::F16: { uint16_t h; std::memcpy(&h, p, 2); return f16_to_f32(h); }
+      default: break;
     }
     return 0;
   }
