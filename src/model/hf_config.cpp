@@ -208,10 +208,14 @@ ModelConfig load_model_config(const std::string& folder) {
 
 GenerationConfig load_generation_config(const std::string& folder) {
   std::string path = (std::filesystem::path(folder) / "generation_config.json").string();
-  GenerationConfig g;
   std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) return g;
-  json j = parse_object(read_file(path), path);
+  if (!std::filesystem::exists(path, ec)) return GenerationConfig{};
+  return parse_generation_config(read_file(path), path);
+}
+
+GenerationConfig parse_generation_config(const std::string& json_text, const std::string& path) {
+  GenerationConfig g;
+  json j = parse_object(json_text, path);
   g.eos_token_ids = eos_ids(j, path);
   if (const json* v = field(j, "temperature")) {
     g.temperature = float(as_number(*v, path, "temperature"));

@@ -40,5 +40,7 @@ struct GenerationConfig {
   std::optional<float> top_p;
 };
 GenerationConfig load_generation_config(const std::string& folder);
+// The same from JSON text (path is used in error messages).
+GenerationConfig parse_generation_config(const std::string& json_text, const std::string& path);
 
 }  // namespace nanovllm

