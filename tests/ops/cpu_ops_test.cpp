@@ -407,26 +407,63 @@ TEST_F(CpuOps, AttentionDecodeSplitAndGroups) {
 }
 
 // Shapes of the AVX-512 decode path (a multiple of 16 query heads, GQA group 1/2/4/8, head_dim
-// 64 or 128; taken when the CPU has AVX-512), and the same shapes forced onto the AVX2 path by
-// NANOVLLM_ATTENTION_ISA=avx2: both against the reference, including split sequences and chunk
-// tails.
+// 64 or 128; taken when the CPU has AVX-512), and the same shapes forced onto the AVX2 path
+// (CpuIsa::AVX2, as NANOVLLM_CPU_ISA=avx2 does): both against the reference, including split
+// sequences and chunk tails.
 TEST_F(CpuOps, AttentionDecodeWideShapesBothIsas) {
   const std::vector<SeqSpec> specs = {{1, 1}, {1, 15}, {1, 17}, {1, 300}, {1, 1100}};
-  for (const char* isa : {"", "avx2"})
+  for (cpu::CpuIsa isa : {cpu::CpuIsa::Auto, cpu::CpuIsa::AVX2}) {
+    cpu::CpuBackend ibe(2, isa);
+    EXPECT_EQ(ibe.decode_avx512(), isa == cpu::CpuIsa::Auto && cpu::cpu_has_avx512());
     for (int64_t d : {64, 128})
       for (auto [hq, hkv] : {std::pair<int64_t, int64_t>{16, 16}, {16, 8}, {32, 8}, {16, 2}})
         for (int64_t bs : {16, 256}) {
-          if (*isa) setenv("NANOVLLM_ATTENTION_ISA", isa, 1);
           PagedCase c(rng, hq, hkv, d, bs, specs, false);
           const float scale = 1.0f / std::sqrt(float(d));
           Vec out(size_t(c.tokens() * hq * d));
-          be.attention_decode(Tensor::contiguous(out.data(), DType::F32, {c.tokens(), hq, d}),
-                              c.q_view(), c.cache(), c.batch, scale);
-          unsetenv("NANOVLLM_ATTENTION_ISA");
-          SCOPED_TRACE(testing::Message() << "isa=" << isa << " d=" << d << " hq=" << hq
+          ibe.attention_decode(Tensor::contiguous(out.data(), DType::F32, {c.tokens(), hq, d}),
+                               c.q_view(), c.cache(), c.batch, scale);
+          SCOPED_TRACE(testing::Message() << "isa=" << cpu::cpu_isa_name(isa) << " d=" << d << " hq=" << hq
                                           << " hkv=" << hkv << " bs=" << bs);
           expect_close(out, c.reference(scale), 2e-5f, 1e-4f, "attention_decode wide");
         }
+  }
+}
+
+// NANOVLLM_CPU_ISA: avx2 forces the AVX2 GEMM and decode attention and describe() says so;
+// avx512 demands AVX-512 (an Error on a CPU without it); any other value is an Error naming it.
+TEST(CpuIsa, EnvironmentVariableSelectsKernels) {
+  const char* saved = std::getenv("NANOVLLM_CPU_ISA");
+  const std::string keep = saved ? saved : "";
+  setenv("NANOVLLM_CPU_ISA", "avx2", 1);
+  {
+    cpu::CpuBackend b(1);
+    EXPECT_EQ(b.gemm_isa(), cpu::GemmIsa::AVX2);
+    EXPECT_FALSE(b.decode_avx512());
+    EXPECT_NE(b.describe().find("gemm avx2_fma, decode attention avx2"), std::string::npos) << b.describe();
+    EXPECT_EQ(cpu::detect_gemm_isa(), cpu::GemmIsa::AVX2);
+  }
+  setenv("NANOVLLM_CPU_ISA", "avx512", 1);
+  if (cpu::cpu_has_avx512_bf16()) {
+    cpu::CpuBackend b(1);
+    EXPECT_EQ(b.gemm_isa(), cpu::GemmIsa::AVX512_BF16);
+    EXPECT_TRUE(b.decode_avx512());
+    EXPECT_NE(b.describe().find("gemm avx512_bf16, decode attention avx512"), std::string::npos) << b.describe();
+  } else {
+    EXPECT_THROW(cpu::CpuBackend(1), Error);
+  }
+  setenv("NANOVLLM_CPU_ISA", "sse9", 1);
+  try {
+    cpu::CpuBackend b(1);
+    ADD_FAILURE() << "NANOVLLM_CPU_ISA=sse9 accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'sse9': expected auto, avx2 or avx512"), std::string::npos) << e.what();
+  }
+  if (saved) setenv("NANOVLLM_CPU_ISA", keep.c_str(), 1);
+  else unsetenv("NANOVLLM_CPU_ISA");
+  EXPECT_EQ(cpu::parse_cpu_isa("auto"), cpu::CpuIsa::Auto);
+  EXPECT_EQ(cpu::parse_cpu_isa(""), cpu::CpuIsa::Auto);
+  EXPECT_THROW(cpu::parse_cpu_isa("AVX2"), Error);
 }
 
 TEST_F(CpuOps, StoreKv) {

@@ -1,4 +1,6 @@
-// CpuBackend::attention_decode over the paged bf16 KV cache: flash-decoding.
+// CpuBackend::attention_decode over the paged bf16 or fp8 KV cache: flash-decoding. An fp8
+// cache's chunk of token rows is converted to bf16 (exactly) into a per-thread stage as it is
+// reached, and the bf16 kernels below run on it unchanged (attention_common.h: scales).
 //
 // One work item = (sequence, partition of its context), all kv heads: the keys of a partition
 // are walked in chunks of kDecodeChunk token rows, each row holding every kv head contiguously
@@ -135,6 +137,18 @@ inline void decode_head_chunk(const AttnArgs& a, const float* const* q, const ui
   for (; i < d; i += 8) pv_block.template operator()<1>(i);
 }
 
+// Per-thread buffers: f = softmax states (and the partial copied out); stage = an fp8 chunk's K
+// rows then V rows as bf16, [2][kDecodeChunk][Hkv * D] (empty for a bf16 cache).
+struct DecodeScratch {
+  std::vector<float> f;
+  std::vector<uint16_t> stage;
+  uint16_t* stage_for(const AttnArgs& a) {
+    if (a.k_fp8 == nullptr) return nullptr;
+    stage.resize(size_t(2 * kDecodeChunk * a.num_kv_heads * a.head_dim));
+    return stage.data();
+  }
+};
+
 struct DecodeItem {
   int64_t seq;         // row of block_tables and of q
   int64_t k0, k1;      // keys [k0, k1) of the sequence
@@ -144,7 +158,8 @@ struct DecodeItem {
 
 // Softmax states of every query head of item.seq over keys [k0, k1). m, l: [Hq]; acc: [Hq][D].
 template <int G>
-void decode_partition(const AttnArgs& a, const DecodeItem& it, float* m, float* l, float* acc) {
+void decode_partition(const AttnArgs& a, const DecodeItem& it, float* m, float* l, float* acc,
+                      uint16_t* stage) {
   const int64_t d = a.head_dim, hkv = a.num_kv_heads, hq = hkv * G;
   const int32_t* table = a.block_tables + it.seq * a.max_num_blocks;
   for (int64_t h = 0; h < hq; ++h) {
@@ -152,33 +167,36 @@ void decode_partition(const AttnArgs& a, const DecodeItem& it, float* m, float* 
     l[h] = 0.0f;
   }
   std::fill(acc, acc + hq * d, 0.0f);
-  const int64_t row_bytes = hkv * d * 2;
+  const int64_t row_bytes = hkv * d * a.elem_bytes;
   auto prefetch_row = [&](int64_t key) {
     const int64_t block = table[key / a.block_size];
     if (block < 0 || block >= a.num_blocks) return;  // checked when the key is reached
     const int64_t off = (block * a.block_size + key % a.block_size) * hkv * d;
-    const char* kp = reinterpret_cast<const char*>(a.k_cache + off);
-    const char* vp = reinterpret_cast<const char*>(a.v_cache + off);
+    const char* kp = a.k_bytes + off * a.elem_bytes;
+    const char* vp = a.v_bytes + off * a.elem_bytes;
     for (int64_t b = 0; b < row_bytes; b += 64) {
       _mm_prefetch(kp + b, _MM_HINT_T1);
       _mm_prefetch(vp + b, _MM_HINT_T1);
     }
   };
   for (int64_t key = it.k0; key < std::min(it.k0 + kDecodeChunk, it.k1); ++key) prefetch_row(key);
-  int64_t rows[kDecodeChunk];
+  const uint16_t* kbase[kDecodeChunk];  // each key's token row [Hkv, D], bf16
+  const uint16_t* vbase[kDecodeChunk];
   const uint16_t* krow[kDecodeChunk];
   const uint16_t* vrow[kDecodeChunk];
   const float* q[G];
   for (int64_t c0 = it.k0; c0 < it.k1; c0 += kDecodeChunk) {
     const int64_t n = std::min(kDecodeChunk, it.k1 - c0);
-    for (int64_t j = 0; j < n; ++j) rows[j] = token_row(a, table, c0 + j);
+    for (int64_t j = 0; j < n; ++j)
+      kv_row_bf16(a, token_row(a, table, c0 + j), stage + j * hkv * d,
+                  stage + (kDecodeChunk + j) * hkv * d, kbase[j], vbase[j]);
     // The next chunk's token rows (every kv head) stream in while this one is computed.
     for (int64_t key = c0 + kDecodeChunk; key < std::min(c0 + 2 * kDecodeChunk, it.k1); ++key)
       prefetch_row(key);
     for (int64_t h = 0; h < hkv; ++h) {
       for (int64_t j = 0; j < n; ++j) {
-        krow[j] = a.k_cache + rows[j] + h * d;
-        vrow[j] = a.v_cache + rows[j] + h * d;
+        krow[j] = kbase[j] + h * d;
+        vrow[j] = vbase[j] + h * d;
       }
       #pragma GCC unroll 16
       for (int r = 0; r < G; ++r) q[r] = a.q + it.seq * a.q_stride + (h * G + r) * a.q_head_stride;
@@ -188,20 +206,21 @@ void decode_partition(const AttnArgs& a, const DecodeItem& it, float* m, float* 
 }
 
 template <int G>
-void run_decode_item(const AttnArgs& a, const DecodeItem& it, std::vector<float>& scratch) {
+void run_decode_item(const AttnArgs& a, const DecodeItem& it, DecodeScratch& sc) {
   const int64_t d = a.head_dim, hq = a.num_kv_heads * G;
+  std::vector<float>& scratch = sc.f;
   scratch.resize(size_t(hq * (d + 2)));
   float* m = scratch.data();
   float* l = m + hq;
   float* acc = l + hq;
-  decode_partition<G>(a, it, m, l, acc);
+  decode_partition<G>(a, it, m, l, acc, sc.stage_for(a));
   if (it.partial) {
     std::copy(scratch.begin(), scratch.end(), it.partial);
     return;
   }
   for (int64_t h = 0; h < hq; ++h) {
     float* o = a.out + (it.seq * hq + h) * d;
-    const float inv = 1.0f / l[h];
+    const float inv = a.out_scale / l[h];
     for (int64_t e = 0; e < d; ++e) o[e] = acc[h * d + e] * inv;
   }
 }
@@ -209,7 +228,7 @@ void run_decode_item(const AttnArgs& a, const DecodeItem& it, std::vector<float>
 
 // ---- AVX-512 path ----
 // Runtime dispatch (use_avx512): AVX-512F/BW/VL/DQ, head_dim 64 or 128, GQA group 1/2/4/8 and a
-// multiple of 16 query heads; NANOVLLM_ATTENTION_ISA=avx2 forces the AVX2 path above.
+// multiple of 16 query heads; NANOVLLM_CPU_ISA=avx2 (isa.h) forces the AVX2 path above.
 //
 // A pair of bf16 loaded as one u32 holds two f32 values at once: (x << 16) is the even element
 // and (x & 0xffff0000) the odd one, so 32 cache elements become 2 x 16 f32 with two integer ops
@@ -228,17 +247,11 @@ void run_decode_item(const AttnArgs& a, const DecodeItem& it, std::vector<float>
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
-bool use_avx512(const AttnArgs& a) {
-  static const bool cpu_ok = __builtin_cpu_supports("avx512f") &&
-                             __builtin_cpu_supports("avx512bw") &&
-                             __builtin_cpu_supports("avx512vl") &&
-                             __builtin_cpu_supports("avx512dq");
+// allowed: CpuBackend::decode_avx512() (the CPU has AVX-512 and NANOVLLM_CPU_ISA is not avx2).
+bool use_avx512(const AttnArgs& a, bool allowed) {
   const int64_t g = a.group, hq = a.num_kv_heads * a.group;
-  if (!cpu_ok || (a.head_dim != 64 && a.head_dim != 128) ||
-      (g != 1 && g != 2 && g != 4 && g != 8) || hq % 16 != 0)
-    return false;
-  const char* env = std::getenv("NANOVLLM_ATTENTION_ISA");
-  return !(env && std::strcmp(env, "avx2") == 0);
+  return allowed && (a.head_dim == 64 || a.head_dim == 128) && (g == 1 || g == 2 || g == 4 || g == 8) &&
+         hq % 16 == 0;
 }
 
 inline void permute_head(float* dst, const float* src, int64_t d) {
@@ -366,7 +379,7 @@ inline void pv_head(float* acc, const float* corr, const float* p, const uint16_
 // accumulators of its G query heads in registers, from the chunk's V rows.
 template <int G, int D>
 void decode_partition512(const AttnArgs& a, const DecodeItem& it, float* m, float* l, float* acc,
-                         float* qp) {
+                         float* qp, uint16_t* stage) {
   constexpr int64_t d = D;
   const int64_t hkv = a.num_kv_heads, hq = hkv * G, blocks = hq / 16;
   const int32_t* table = a.block_tables + it.seq * a.max_num_blocks;
@@ -390,29 +403,32 @@ void decode_partition512(const AttnArgs& a, const DecodeItem& it, float* m, floa
   }
   // Software prefetch of whole token rows (every kv head, K and V) kPrefetchKeys keys ahead, in
   // address order, one key per key computed.
-  const int64_t row_bytes = hkv * d * 2;
+  const int64_t row_bytes = hkv * d * a.elem_bytes;
   auto prefetch = [&](int64_t key) {
     if (key >= it.k1) return;
     const int64_t block = table[key / a.block_size];
     if (block < 0 || block >= a.num_blocks) return;  // checked when the key is reached
     const int64_t off = (block * a.block_size + key % a.block_size) * hkv * d;
-    const char* kp = reinterpret_cast<const char*>(a.k_cache + off);
-    const char* vp = reinterpret_cast<const char*>(a.v_cache + off);
+    const char* kp = a.k_bytes + off * a.elem_bytes;
+    const char* vp = a.v_bytes + off * a.elem_bytes;
     for (int64_t o = 0; o < row_bytes; o += 64) _mm_prefetch(kp + o, _MM_HINT_T1);
     for (int64_t o = 0; o < row_bytes; o += 64) _mm_prefetch(vp + o, _MM_HINT_T1);
   };
   for (int64_t key = it.k0; key < it.k0 + kDecodeChunk; ++key) prefetch(key);
-  int64_t rows[kDecodeChunk];
+  const uint16_t* kbase[kDecodeChunk];  // each key's token row [Hkv, D], bf16
+  const uint16_t* vbase[kDecodeChunk];
   const uint16_t* vrow[kDecodeChunk];
   for (int64_t c0 = it.k0; c0 < it.k1; c0 += kDecodeChunk) {
     const int64_t n = std::min(kDecodeChunk, it.k1 - c0);
-    for (int64_t j = 0; j < n; ++j) rows[j] = token_row(a, table, c0 + j);
+    for (int64_t j = 0; j < n; ++j)
+      kv_row_bf16(a, token_row(a, table, c0 + j), stage + j * hkv * d,
+                  stage + (kDecodeChunk + j) * hkv * d, kbase[j], vbase[j]);
     for (int64_t j = 0; j < n; ++j) {
       prefetch(c0 + j + kPrefetchKeys);
       for (int64_t b = 0; b < blocks; ++b)
         _mm512_store_ps(sall + (b * kDecodeChunk + j) * 16,
                         _mm512_mul_ps(score_key<G, D>(qp + b * 16 * d,
-                                                      a.k_cache + rows[j] + b * (16 / G) * d),
+                                                      kbase[j] + b * (16 / G) * d),
                                       vscale));
     }
     for (int64_t b = 0; b < blocks; ++b) {
@@ -433,7 +449,7 @@ void decode_partition512(const AttnArgs& a, const DecodeItem& it, float* m, floa
       _mm512_store_ps(corr + b * 16, c);
     }
     for (int64_t h = 0; h < hkv; ++h) {
-      for (int64_t j = 0; j < n; ++j) vrow[j] = a.v_cache + rows[j] + h * d;
+      for (int64_t j = 0; j < n; ++j) vrow[j] = vbase[j] + h * d;
       const int64_t qh = h * G;
       pv_head<G, D>(acc + qh * d, corr + qh, sall + (qh / 16) * kDecodeChunk * 16 + qh % 16, vrow,
                     n);
@@ -442,7 +458,8 @@ void decode_partition512(const AttnArgs& a, const DecodeItem& it, float* m, floa
 }
 
 template <int G, int D>
-void run_decode_item512(const AttnArgs& a, const DecodeItem& it, std::vector<float>& scratch) {
+void run_decode_item512(const AttnArgs& a, const DecodeItem& it, DecodeScratch& sc) {
+  std::vector<float>& scratch = sc.f;
   const int64_t d = D, hq = a.num_kv_heads * G, hp = hq;
   scratch.resize(size_t(2 * hp + 2 * hp * d + d + 16));  // + 16: room to align to 64 bytes
   float* m = scratch.data() + (16 - (reinterpret_cast<uintptr_t>(scratch.data()) / 4) % 16) % 16;
@@ -450,7 +467,7 @@ void run_decode_item512(const AttnArgs& a, const DecodeItem& it, std::vector<flo
   float* acc = l + hp;  // hp is a multiple of 16: acc and qp stay 64-byte aligned
   float* qp = acc + hp * d;
   float* tmp = qp + hp * d;
-  decode_partition512<G, D>(a, it, m, l, acc, qp);
+  decode_partition512<G, D>(a, it, m, l, acc, qp, sc.stage_for(a));
   if (it.partial) {
     std::copy(m, m + hq, it.partial);
     std::copy(l, l + hq, it.partial + hq);
@@ -459,14 +476,14 @@ void run_decode_item512(const AttnArgs& a, const DecodeItem& it, std::vector<flo
   }
   for (int64_t h = 0; h < hq; ++h) {
     float* o = a.out + (it.seq * hq + h) * d;
-    const float inv = 1.0f / l[h];
+    const float inv = a.out_scale / l[h];
     unpermute_head(tmp, acc + h * d, d);
     for (int64_t e = 0; e < d; ++e) o[e] = tmp[e] * inv;
   }
 }
 
 template <int D>
-void run_decode_item512_d(const AttnArgs& a, const DecodeItem& it, std::vector<float>& scratch) {
+void run_decode_item512_d(const AttnArgs& a, const DecodeItem& it, DecodeScratch& scratch) {
   switch (a.group) {
     case 1: return run_decode_item512<1, D>(a, it, scratch);
     case 2: return run_decode_item512<2, D>(a, it, scratch);
@@ -494,7 +511,7 @@ void merge_partials(const AttnArgs& a, int64_t seq, const float* partial, int64_
       const float* acc = part + 2 * hq + h * d;
       for (int64_t e = 0; e < d; ++e) o[e] += acc[e] * w;
     }
-    const float inv = 1.0f / l;
+    const float inv = a.out_scale / l;
     for (int64_t e = 0; e < d; ++e) o[e] *= inv;
   }
 }
@@ -546,10 +563,10 @@ void CpuBackend::attention_decode(Tensor out, Tensor q, const LayerKVCache& cach
   std::stable_sort(items.begin(), items.end(), [](const DecodeItem& x, const DecodeItem& y) {
     return x.k1 - x.k0 > y.k1 - y.k0;
   });
-  const bool avx512 = use_avx512(a);
+  const bool avx512 = use_avx512(a, decode_avx512_);
   run_dynamic(
-      pool_, int64_t(items.size()), [] { return std::vector<float>(); },
-      [&](int64_t i, std::vector<float>& sc) {
+      pool_, int64_t(items.size()), [] { return DecodeScratch(); },
+      [&](int64_t i, DecodeScratch& sc) {
         const DecodeItem& it = items[size_t(i)];
         if (avx512)
           return a.head_dim == 64 ? run_decode_item512_d<64>(a, it, sc)

@@ -33,12 +33,15 @@ void check_rows(const Tensor& t, DType dtype, const char* what) {
 
 }  // namespace
 
-CpuBackend::CpuBackend(int num_threads)
-    : pool_(resolve_threads(num_threads)), gemm_isa_(detect_gemm_isa()) {}
+CpuBackend::CpuBackend(int num_threads, std::optional<CpuIsa> isa)
+    : pool_(resolve_threads(num_threads)),
+      gemm_isa_(select_gemm_isa(isa ? *isa : cpu_isa_from_env())),
+      decode_avx512_((isa ? *isa : cpu_isa_from_env()) != CpuIsa::AVX2 && cpu_has_avx512()) {}
 
+// e.g. "cpu (gemm avx512_bf16, decode attention avx512, 2 threads)".
 std::string CpuBackend::describe() const {
-  return fmt::format("cpu ({}, {} thread{})", gemm_isa_name(gemm_isa_), pool_.size(),
-                     pool_.size() == 1 ? "" : "s");
+  return fmt::format("cpu (gemm {}, decode attention {}, {} thread{})", gemm_isa_name(gemm_isa_),
+                     decode_avx512_ ? "avx512" : "avx2", pool_.size(), pool_.size() == 1 ? "" : "s");
 }
 
 DeviceMemory CpuBackend::memory_info() const {

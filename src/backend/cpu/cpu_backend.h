@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "backend/backend.h"
@@ -22,12 +23,18 @@ namespace nanovllm::cpu {
 
 class CpuBackend : public Backend {
  public:
-  explicit CpuBackend(int num_threads = 0);  // 0 = std::thread::hardware_concurrency()
+  // num_threads 0 = std::thread::hardware_concurrency(); isa: the kernels to run (nullopt:
+  // NANOVLLM_CPU_ISA, isa.h). Throws Error when the CPU cannot run the ISA asked for.
+  explicit CpuBackend(int num_threads = 0, std::optional<CpuIsa> isa = std::nullopt);
 
   DeviceKind device() const override { return DeviceKind::CPU; }
   std::string describe() const override;
   DType activation_dtype() const override { return DType::F32; }
   int num_threads() const { return pool_.size(); }
+  GemmIsa gemm_isa() const { return gemm_isa_; }
+  // Whether attention_decode may take the AVX-512 kernels (for head_dim 64/128 and a multiple of
+  // 16 query heads; other shapes run the AVX2 ones).
+  bool decode_avx512() const { return decode_avx512_; }
   ThreadPool& pool() { return pool_; }
 
   Buffer alloc(size_t bytes) override;
@@ -63,6 +70,7 @@ class CpuBackend : public Backend {
 
   ThreadPool pool_;
   GemmIsa gemm_isa_;
+  bool decode_avx512_;
 };
 
 }  // namespace nanovllm::cpu

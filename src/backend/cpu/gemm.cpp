@@ -102,16 +102,17 @@ void gemm_wide(const GemmArgs& a, ThreadPool& pool, const detail::KernelSet& ks)
 
 }  // namespace
 
-GemmIsa detect_gemm_isa() {
+GemmIsa select_gemm_isa(CpuIsa want) {
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-      __builtin_cpu_supports("avx512bf16"))
-    return GemmIsa::AVX512_BF16;
-  NV_CHECK(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"),
-           "the CPU backend needs AVX2 and FMA");
+  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))
+    fail("the CPU backend needs AVX2 and FMA, which this CPU lacks");
+  if (want == CpuIsa::AVX512 && !cpu_has_avx512_bf16())
+    fail("NANOVLLM_CPU_ISA=avx512: this CPU lacks AVX-512 F/BW/VL/DQ/BF16 (use avx2 or auto)");
+  if (want != CpuIsa::AVX2 && cpu_has_avx512_bf16()) return GemmIsa::AVX512_BF16;
   return GemmIsa::AVX2;
 }
+
+GemmIsa detect_gemm_isa() { return select_gemm_isa(cpu_isa_from_env()); }
 
 const char* gemm_isa_name(GemmIsa isa) {
   switch (isa) {

@@ -1,16 +1,20 @@
 #pragma once
 // The CPU GEMM: out[M, N] = x[M, K] @ w[N, K]^T (+ bias), x f32, w bf16 pre-packed, fp32
 // accumulation. Kernels: AVX-512 BF16 (vdpbf16ps) where the CPU has it, AVX2+FMA otherwise,
-// chosen once at runtime. x is rounded to bf16 inside the kernel (as a bf16 GEMM does).
+// chosen once at runtime (NANOVLLM_CPU_ISA overrides, isa.h). x is rounded to bf16 inside the
+// kernel (as a bf16 GEMM does).
 #include <cstddef>
 #include <cstdint>
 
+#include "backend/cpu/isa.h"
 #include "backend/cpu/thread_pool.h"
 
 namespace nanovllm::cpu {
 
 enum class GemmIsa { AVX512_BF16, AVX2 };
-GemmIsa detect_gemm_isa();
+// The kernels for `want` (Auto: the best the CPU has). Error when the CPU cannot run them.
+GemmIsa select_gemm_isa(CpuIsa want);
+GemmIsa detect_gemm_isa();  // select_gemm_isa(cpu_isa_from_env())
 const char* gemm_isa_name(GemmIsa isa);
 
 // Bytes of the packed layout of a [n, k] bf16 weight (padded as the kernels need).

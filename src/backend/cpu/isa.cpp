@@ -1,0 +1,43 @@
+// NANOVLLM_CPU_ISA and CPU feature detection (isa.h).
+#include "backend/cpu/isa.h"
+
+#include <cstdlib>
+#include <string>
+
+#include "util/check.h"
+
+namespace nanovllm::cpu {
+
+CpuIsa parse_cpu_isa(std::string_view s) {
+  if (s.empty() || s == "auto") return CpuIsa::Auto;
+  if (s == "avx2") return CpuIsa::AVX2;
+  if (s == "avx512") return CpuIsa::AVX512;
+  fail("NANOVLLM_CPU_ISA='{}': expected auto, avx2 or avx512", std::string(s));
+}
+
+CpuIsa cpu_isa_from_env() {
+  const char* env = std::getenv("NANOVLLM_CPU_ISA");
+  return env ? parse_cpu_isa(env) : CpuIsa::Auto;
+}
+
+const char* cpu_isa_name(CpuIsa isa) {
+  switch (isa) {
+    case CpuIsa::Auto:
+      return "auto";
+    case CpuIsa::AVX2:
+      return "avx2";
+    case CpuIsa::AVX512:
+      return "avx512";
+  }
+  return "?";
+}
+
+bool cpu_has_avx512() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+}
+
+bool cpu_has_avx512_bf16() { return cpu_has_avx512() && __builtin_cpu_supports("avx512bf16"); }
+
+}  // namespace nanovllm::cpu

@@ -1,0 +1,25 @@
+#pragma once
+// Which x86 kernels the CPU backend runs. By default the best the CPU has (AVX-512 BF16 GEMM
+// and AVX-512 decode attention where available, AVX2+FMA otherwise); the environment variable
+// NANOVLLM_CPU_ISA=avx2 forces the AVX2 kernels everywhere (to test or compare them on an
+// AVX-512 machine) and NANOVLLM_CPU_ISA=avx512 demands the AVX-512 ones (an Error on a CPU
+// without them). "auto" or unset: detect. Any other value: an Error naming the accepted ones.
+#include <optional>
+#include <string_view>
+
+namespace nanovllm::cpu {
+
+enum class CpuIsa { Auto, AVX2, AVX512 };
+
+// "auto", "avx2", "avx512" (or "" = auto); anything else throws Error.
+CpuIsa parse_cpu_isa(std::string_view s);
+// NANOVLLM_CPU_ISA, parsed (Auto when unset).
+CpuIsa cpu_isa_from_env();
+const char* cpu_isa_name(CpuIsa isa);
+
+// What the CPU can run: AVX-512 F/BW/VL/DQ (the decode-attention kernels) and, on top,
+// AVX-512 BF16 (the GEMM).
+bool cpu_has_avx512();
+bool cpu_has_avx512_bf16();
+
+}  // namespace nanovllm::cpu
