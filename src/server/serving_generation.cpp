@@ -217,8 +217,10 @@ void GenerationJob::on_events() {
 }
 
 Json GenerationJob::chunk(Json choices) const {
+  const bool with_usage = req_.include_usage && req_.continuous_usage_stats && !choices.empty();
   Json j = {{"id", id_}, {"object", req_.chat ? "chat.completion.chunk" : "text_completion"},
             {"created", created_}, {"model", ctx_.model_name}, {"choices", std::move(choices)}};
+  if (with_usage) j["usage"] = usage();  // stream_options.continuous_usage_stats: usage so far
   return j;
 }
 

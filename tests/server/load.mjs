@@ -39,7 +39,7 @@ function metric(text, name) {
 function stream(i, maxTokens, onFirstToken) {
   return new Promise(resolve => {
     const prompt = Array.from({ length: 8 }, (_, k) => 1000 + ((i * 31 + k * 7) % 5000));
-    const body = JSON.stringify({ prompt, max_tokens: maxTokens, ignore_eos: true, temperature: 1, stream: true,
+    const body = JSON.stringify({ prompt, max_tokens: maxTokens, ignore_eos: true, temperature: 0, stream: true,
       stream_options: { include_usage: true } });
     const r = { i, chunks: 0, completion_tokens: -1, done: false, finish: null, error: null, req: null };
     const req = http.request({ host: '127.0.0.1', port, path: '/v1/completions', method: 'POST', agent,
