@@ -11,6 +11,10 @@ void add_engine_flags(CLI::App& cmd, Config& c) {
   cmd.add_option("--block-size", c.block_size, "tokens per KV cache block");
   add_size_option(cmd, "--kv-cache-memory", c.kv_cache_memory, "KV cache size (0: device default)");
   cmd.add_flag("--no-prefix-cache{false}", c.enable_prefix_caching, "disable prefix caching");
+  cmd.add_option("--scheduling", c.scheduling,
+                 "mixed (decodes and prompt chunks share each step's token budget) or "
+                 "prefill_first (a step is all prompt work or all decodes)")
+      ->check(CLI::IsMember({"mixed", "prefill_first"}));
   cmd.add_option("--device", c.device, "cpu or cuda");
   cmd.add_option("--gpu-memory-utilization", c.gpu_memory_utilization,
                  "CUDA: share of the GPU's memory the engine may use (weights, activations, KV)");

@@ -15,6 +15,9 @@ struct Config {
                                         // (CPU: min(4 GiB, half of MemAvailable after
                                         // the buffers); CUDA: gpu_memory_utilization)
   bool enable_prefix_caching = true;
+  std::string scheduling = "mixed";     // "mixed": running decodes and prompt chunks share each
+                                        // step's token budget (decodes first); "prefill_first":
+                                        // a step is all prompt work or all decodes (nano-vllm)
   std::string device = "cpu";           // "cpu" | "cuda"
   float gpu_memory_utilization = 0.9f;  // CUDA: share of the GPU's memory the engine may use
   bool enforce_eager = false;           // CUDA: no graphs, every decode step launched eagerly

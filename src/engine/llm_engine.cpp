@@ -26,6 +26,8 @@ void validate_config(const Config& c) {
   if (c.max_model_len < 2) fail("max_model_len must be >= 2, got {}", c.max_model_len);
   if (c.block_size < 1 || c.block_size > 4096) fail("block_size must be in [1, 4096], got {}", c.block_size);
   if (c.kv_cache_memory < 0) fail("kv_cache_memory must be >= 0, got {}", c.kv_cache_memory);
+  if (c.scheduling != "mixed" && c.scheduling != "prefill_first")
+    fail("scheduling must be mixed or prefill_first, got '{}'", c.scheduling);
   if (c.num_threads < 0) fail("threads must be >= 0, got {}", c.num_threads);
 }
 
@@ -59,6 +61,7 @@ LLMEngine::LLMEngine(const Config& config, std::unique_ptr<Backend> backend,
   sc.block_size = config_.block_size;
   sc.enable_prefix_caching = config_.enable_prefix_caching;
   sc.eos_token_ids = eos_token_ids_;
+  sc.mixed = config_.scheduling == "mixed";
   scheduler_ = std::make_unique<Scheduler>(sc);
 }
 
@@ -88,15 +91,15 @@ StepResult LLMEngine::step() {
   auto [seqs, is_prefill] = scheduler_->schedule();
   if (!seqs.empty()) {
     try {
-      std::vector<int32_t> token_ids = model_runner_->run(seqs, is_prefill);
+      const int num_decodes = is_prefill ? scheduler_->num_decode_seqs() : int(seqs.size());
+      std::vector<int32_t> token_ids =
+          model_runner_->run(seqs, is_prefill, is_prefill ? num_decodes : 0);
       std::vector<int> before(seqs.size());
       for (size_t i = 0; i < seqs.size(); ++i) before[i] = seqs[i]->num_tokens();
       scheduler_->postprocess(seqs, token_ids, is_prefill);
-      if (is_prefill) {
-        for (const Sequence* s : seqs) result.num_prefill_tokens += s->num_scheduled_tokens;
-      } else {
-        result.num_decode_tokens = int(seqs.size());
-      }
+      result.num_decode_tokens = num_decodes;  // a mixed step's decodes lead its seqs
+      for (size_t i = size_t(num_decodes); i < seqs.size(); ++i)
+        result.num_prefill_tokens += seqs[i]->num_scheduled_tokens;
       for (size_t i = 0; i < seqs.size(); ++i) {
         if (seqs[i]->num_tokens() > before[i]) result.new_tokens.emplace_back(seqs[i]->seq_id, token_ids[i]);
       }

@@ -102,10 +102,19 @@ void ModelRunner::allocate_metadata() {
   h.sample_offsets.reserve(size_t(B));
 }
 
-const HostBatch& ModelRunner::prepare_prefill(const std::vector<Sequence*>& seqs) {
+const HostBatch& ModelRunner::prepare_prefill(const std::vector<Sequence*>& seqs,
+                                              int num_decode_seqs) {
   HostBatch& b = host_;
   b.clear();
   b.is_prefill = true;
+  NV_CHECK(num_decode_seqs == 0 || (0 < num_decode_seqs && num_decode_seqs < int(seqs.size())),
+           "{} decodes in a step of {} seqs", num_decode_seqs, seqs.size());
+  for (int i = 0; i < num_decode_seqs; ++i) {
+    const Sequence& d = *seqs[size_t(i)];
+    NV_CHECK(d.num_scheduled_tokens == 1 && d.num_cached_tokens == d.num_tokens() - 1,
+             "seq {} is scheduled as a decode", d.seq_id);
+  }
+  b.num_decode_seqs = num_decode_seqs;
   b.cu_seqlens_q.push_back(0);
   b.cu_seqlens_k.push_back(0);
   NV_CHECK(int(seqs.size()) <= config_.max_num_seqs, "{} seqs in a step", seqs.size());
@@ -213,6 +222,7 @@ void ModelRunner::upload() {
   ForwardBatch& b = batch_;
   b.host = &h;
   b.is_prefill = h.is_prefill;
+  b.num_decode_seqs = h.num_decode_seqs;
   b.num_seqs = h.num_seqs();
   b.num_tokens = h.num_tokens();
   b.max_seqlen_q = h.max_seqlen_q;
@@ -249,10 +259,12 @@ std::vector<int32_t> ModelRunner::execute(const std::vector<LayerKVCache>& kv_ca
   return token_ids;
 }
 
-std::vector<int32_t> ModelRunner::run(const std::vector<Sequence*>& seqs, bool is_prefill) {
+std::vector<int32_t> ModelRunner::run(const std::vector<Sequence*>& seqs, bool is_prefill,
+                                      int num_decode_seqs) {
   const int n = int(seqs.size());
+  NV_CHECK(is_prefill || num_decode_seqs == 0, "decodes are counted only in a mixed step");
   if (is_prefill) {
-    prepare_prefill(seqs);
+    prepare_prefill(seqs, num_decode_seqs);
   } else {
     prepare_decode(seqs, pad_decode_ ? bucket_for(buckets_, n) : n);
   }

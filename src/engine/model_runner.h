@@ -51,7 +51,9 @@ class ModelRunner {
 
   // One step over seqs (as scheduled: prefill chunks or one decode token each). Returns one
   // sampled token per seq (meaningless for a prefill chunk that does not end its prompt).
-  std::vector<int32_t> run(const std::vector<Sequence*>& seqs, bool is_prefill);
+  // A mixed step: is_prefill with the first num_decode_seqs seqs decodes (one token each).
+  std::vector<int32_t> run(const std::vector<Sequence*>& seqs, bool is_prefill,
+                           int num_decode_seqs = 0);
 
   // Logits f32 [num_seqs, V] of the last run, on the device (valid until the next run).
   Tensor last_logits() const { return last_logits_; }
@@ -67,7 +69,8 @@ class ModelRunner {
   const ForwardBatch& batch() const { return batch_; }
 
   // Fill the host batch in place for seqs (decode: padded to `padded_seqs` lanes).
-  const HostBatch& prepare_prefill(const std::vector<Sequence*>& seqs);
+  // prepare_prefill: the first num_decode_seqs seqs are decodes of a mixed step.
+  const HostBatch& prepare_prefill(const std::vector<Sequence*>& seqs, int num_decode_seqs = 0);
   const HostBatch& prepare_decode(const std::vector<Sequence*>& seqs, int padded_seqs);
 
  private:

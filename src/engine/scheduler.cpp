@@ -60,10 +60,29 @@ std::pair<std::vector<Sequence*>, bool> Scheduler::schedule() {
     finished_.push_back(std::move(seq));
   }
   rejected_.clear();
+  num_decode_seqs_ = 0;
+  NV_CHECK(prefilling_ == nullptr || (!running_.empty() && running_.back().get() == prefilling_),
+           "the partial prefill is not the newest running sequence");
 
   std::vector<Sequence*> scheduled;
-  // Prefill: the partial prefill first, then waiting sequences in FIFO order.
-  int budget = config_.max_num_batched_tokens;
+  if (!config_.mixed) {
+    schedule_prefills(scheduled, config_.max_num_batched_tokens);
+    if (!scheduled.empty()) return {std::move(scheduled), true};
+    schedule_decodes(scheduled);
+    return {std::move(scheduled), false};
+  }
+  // Mixed: decodes first, then prompt work with the budget they leave.
+  schedule_decodes(scheduled);
+  const int num_decodes = int(scheduled.size());
+  const int budget = config_.max_num_batched_tokens - num_decodes;
+  if (budget > 0) schedule_prefills(scheduled, budget);
+  if (int(scheduled.size()) == num_decodes) return {std::move(scheduled), false};
+  num_decode_seqs_ = num_decodes;
+  return {std::move(scheduled), true};
+}
+
+void Scheduler::schedule_prefills(std::vector<Sequence*>& scheduled, int budget) {
+  // The partial prefill first, then waiting sequences in FIFO order.
   Sequence* partial = std::exchange(prefilling_, nullptr);
   if (partial != nullptr) {
     int remaining = partial->num_tokens() - partial->num_cached_tokens;
@@ -87,14 +106,20 @@ std::pair<std::vector<Sequence*>, bool> Scheduler::schedule() {
     scheduled.push_back(&seq);
     if (seq.num_scheduled_tokens < remaining) prefilling_ = &seq;  // a chunk; ends the step
   }
-  if (!scheduled.empty()) return {std::move(scheduled), true};
+}
 
-  // Decode: every running sequence, one token each; preempt the newest when blocks run out.
+void Scheduler::schedule_decodes(std::vector<Sequence*>& scheduled) {
+  // Every running sequence but the partial prefill, one token each; preempt the newest when
+  // blocks run out.
   NV_CHECK(int(running_.size()) <= config_.max_num_seqs);
   std::deque<std::unique_ptr<Sequence>> kept;
   while (!running_.empty()) {
     std::unique_ptr<Sequence> seq = std::move(running_.front());
     running_.pop_front();
+    if (seq.get() == prefilling_) {  // mixed mode: its prompt goes on in schedule_prefills
+      kept.push_back(std::move(seq));
+      continue;
+    }
     bool preempted_self = false;
     while (!block_manager_.can_append(*seq)) {
       if (!running_.empty()) {
@@ -114,7 +139,6 @@ std::pair<std::vector<Sequence*>, bool> Scheduler::schedule() {
     kept.push_back(std::move(seq));
   }
   running_ = std::move(kept);
-  return {std::move(scheduled), false};
 }
 
 void Scheduler::postprocess(const std::vector<Sequence*>& seqs,
@@ -194,7 +218,10 @@ std::unique_ptr<Sequence> Scheduler::abort(int64_t seq_id) {
 }
 
 void Scheduler::preempt(std::unique_ptr<Sequence> seq) {
-  NV_CHECK(seq.get() != prefilling_);
+  if (seq.get() == prefilling_) {  // mixed mode only: prefill_first runs no decode while partial
+    NV_CHECK(config_.mixed);
+    prefilling_ = nullptr;
+  }
   seq->status = SequenceStatus::WAITING;
   seq->num_scheduled_tokens = 0;
   block_manager_.deallocate(*seq);

@@ -1,6 +1,8 @@
 #pragma once
-// Scheduler: waiting/running queues, prefill first, decode with LIFO preemption (nano-vllm's
-// engine/scheduler.py), plus chunked prefill.
+// Scheduler: waiting/running queues, decode with LIFO preemption (nano-vllm's
+// engine/scheduler.py), chunked prefill, and two step policies (SchedulerConfig::mixed):
+// "mixed" (vLLM's chunked-prefill scheduling: decodes and prompt chunks share a step) and
+// "prefill_first" (nano-vllm's: a step is all prefill or all decode).
 //
 // Rules:
 //  - add() checks whether a request can ever fit. One that cannot is held aside (it counts as
@@ -11,23 +13,34 @@
 //    max_model_len) - 1 tokens (the last sampled token is never computed), needs more blocks than
 //    the whole cache. Every other request finishes: a running sequence alone can always append, a
 //    waiting one alone can always allocate, so preemption cannot loop forever.
-//  - Prefill first. Running holds at most max_num_seqs sequences. A step takes, in order: the one
-//    sequence whose prefill is partial (if any), then waiting sequences in FIFO order while the
-//    token budget (max_num_batched_tokens) remains, running < max_num_seqs and their blocks can be
+//  - Prefill (both modes). Running holds at most max_num_seqs sequences. Prompt work takes, in
+//    order: the one sequence whose prefill is partial (if any), then waiting sequences in FIFO
+//    order while the token budget remains, running < max_num_seqs and their blocks can be
 //    allocated (no skipping). Each computes tokens [num_cached_tokens, num_tokens); the first one
 //    that does not fit takes the rest of the budget as a chunk and ends the step. It keeps all its
 //    blocks (allocated for the whole prompt at admission) and continues first in the next step, so
-//    at most one prefill is partial at a time and no decode step runs while one is.
-//  - Decode only when no prefill is scheduled: every running sequence, in order, one token each.
-//    When a block cannot be appended the newest running sequence is preempted (deallocated, status
-//    WAITING, pushed to the front of waiting; its tokens so far are recomputed on resume); a
-//    sequence that is the only one left preempts itself.
+//    at most one prefill is partial at a time; while it is partial it is the newest running
+//    sequence (nothing is admitted after it).
+//  - Decode: running sequences whose prefill is complete, oldest first, one token each. When a
+//    block cannot be appended the newest running sequence is preempted (deallocated, status
+//    WAITING, pushed to the front of waiting; its tokens so far are recomputed on resume; in
+//    mixed mode that may be the partial prefill, which then starts over); a sequence that is the
+//    only one left preempts itself.
+//  - prefill_first: prompt work with the whole budget (max_num_batched_tokens); only when none is
+//    scheduled, a decode step of every running sequence. No decode runs while a prefill is partial.
+//  - mixed: first the decodes of every running sequence but the partial prefill, then prompt work
+//    with the budget they leave (max_num_batched_tokens - decodes, when > 0; while the decodes
+//    spend it all, waiting prompts wait). The decodes always fit the budget: a sequence is admitted
+//    only with at least one token of it, so running never exceeds it. A step with prompt work is a
+//    prefill step whose first num_decode_seqs() sequences are the decodes; a step without is a
+//    plain decode step (num_decode_seqs() = 0, so it is what CUDA graphs capture).
 //  - postprocess(): prefill advances num_cached_tokens by the chunk, decode by its token, and the
 //    full blocks now computed are published in the prefix cache (only here: schedule() publishes
 //    nothing, so a step that fails publishes nothing); a chunk short of num_tokens ignores its
 //    token. Then the token is appended; eos (unless ignore_eos) or one of stop_token_ids, once
 //    the output has min_tokens tokens -> STOP, max_tokens or max_model_len tokens -> LENGTH.
-//  - What a step computes (for ModelRunner): prefill, tokens [num_cached_tokens, num_cached_tokens +
+//  - What a step computes (for ModelRunner): prefill (and the decodes of a mixed step, for which
+//    num_cached_tokens == num_tokens() - 1 and num_scheduled_tokens == 1), tokens [num_cached_tokens, num_cached_tokens +
 //    num_scheduled_tokens) of each seq, whose token counts only when that reaches num_tokens();
 //    decode, token num_tokens() - 1 (num_cached_tokens == num_tokens() - 1). block_table always
 //    covers every token computed.
@@ -51,6 +64,7 @@ struct SchedulerConfig {
   int block_size;
   bool enable_prefix_caching;
   std::vector<int> eos_token_ids;
+  bool mixed = false;  // Config::scheduling == "mixed" (the engine's default); false: prefill_first
 };
 
 class Scheduler {
@@ -66,6 +80,8 @@ class Scheduler {
   // lone sequence just preempted itself, which add()'s check rules out).
   // The pointers stay valid until take_finished() hands the sequence out.
   std::pair<std::vector<Sequence*>, bool> schedule();
+  // Of the last schedule(): how many leading seqs of a prefill step are decodes (mixed mode).
+  int num_decode_seqs() const { return num_decode_seqs_; }
   // Applies one step's sampled tokens (token_ids[i] for seqs[i]).
   void postprocess(const std::vector<Sequence*>& seqs, const std::vector<int32_t>& token_ids,
                    bool is_prefill);
@@ -87,6 +103,10 @@ class Scheduler {
 
  private:
   void preempt(std::unique_ptr<Sequence> seq);
+  // Appends decodes of the running seqs (but the partial prefill) to `scheduled`, preempting.
+  void schedule_decodes(std::vector<Sequence*>& scheduled);
+  // Appends prompt work within `budget` to `scheduled`.
+  void schedule_prefills(std::vector<Sequence*>& scheduled, int budget);
   void finish(Sequence& seq, FinishReason reason);
   bool is_eos(int32_t token_id) const;
   bool is_stop_token(const Sequence& seq, int32_t token_id) const;
@@ -99,6 +119,7 @@ class Scheduler {
   std::vector<std::unique_ptr<Sequence>> finished_;
   Sequence* prefilling_ = nullptr;  // the running sequence whose prefill is partial, if any
   int64_t num_preemptions_ = 0;
+  int num_decode_seqs_ = 0;
 };
 
 }  // namespace nanovllm

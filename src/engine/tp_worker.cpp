@@ -18,6 +18,7 @@ ForwardBatch host_forward_batch(const HostBatch& h) {
   ForwardBatch b;
   b.host = &h;
   b.is_prefill = h.is_prefill;
+  b.num_decode_seqs = h.num_decode_seqs;
   b.num_seqs = h.num_seqs();
   b.num_tokens = h.num_tokens();
   b.max_seqlen_q = h.max_seqlen_q;
@@ -94,14 +95,17 @@ std::vector<float> TpWorker::forward(const HostBatch& h) {
 }
 
 void broadcast_batch(Communicator& comm, HostBatch& h) {
-  // Header: is_prefill, max_num_blocks, max_seqlen_q, max_seqlen_k, then the 8 vector lengths.
+  // Header: is_prefill, max_num_blocks, max_seqlen_q, max_seqlen_k, the 8 vector lengths, then
+  // num_decode_seqs (a mixed step).
   std::vector<int32_t>* fields[] = {&h.input_ids,    &h.positions,    &h.slot_mapping,
                                     &h.cu_seqlens_q, &h.cu_seqlens_k, &h.context_lens,
                                     &h.block_tables, &h.last_token_indices};
-  int32_t header[12] = {h.is_prefill, h.max_num_blocks, h.max_seqlen_q, h.max_seqlen_k};
+  int32_t header[13] = {h.is_prefill, h.max_num_blocks, h.max_seqlen_q, h.max_seqlen_k};
   for (int i = 0; i < 8; ++i) header[4 + i] = int32_t(fields[i]->size());
-  comm.broadcast(Tensor::contiguous(header, DType::I32, {12}), 0);
+  header[12] = h.num_decode_seqs;
+  comm.broadcast(Tensor::contiguous(header, DType::I32, {13}), 0);
   h.is_prefill = header[0] != 0;
+  h.num_decode_seqs = header[12];
   h.max_num_blocks = header[1], h.max_seqlen_q = header[2], h.max_seqlen_k = header[3];
   int64_t total = 0;
   for (int i = 0; i < 8; ++i) total += header[4 + i];

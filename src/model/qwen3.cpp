@@ -62,6 +62,7 @@ void Qwen3Model::reserve(int max_tokens, int max_seqs) {
   mlp_act_ = carve(cursor, act, {T, I}, dev);
   last_hidden_ = carve(cursor, act, {B, H}, dev);
   logits_ = carve(cursor, DType::F32, {B, config_.vocab_size}, dev);
+  mixed_.reserve(backend_, max_seqs);
   capacity_tokens_ = int(T);
   capacity_seqs_ = int(B);
 }
@@ -75,6 +76,7 @@ Tensor Qwen3Model::forward(const ForwardBatch& batch, const std::vector<LayerKVC
   Tensor hidden = hidden_.slice_rows(0, T);      // [T, H]
   Tensor residual = residual_.slice_rows(0, T);  // [T, H]
   const float eps = float(config_.rms_norm_eps);
+  if (batch.is_prefill && batch.num_decode_seqs > 0) mixed_.split(backend_, batch);
 
   backend_.embedding(hidden, batch.input_ids, weights_.embed_tokens);
   for (int i = 0; i < config_.num_hidden_layers; ++i) {
@@ -119,7 +121,15 @@ void Qwen3Model::attention(int layer, const ForwardBatch& batch, const LayerKVCa
   Tensor out = attn_out_.slice_rows(0, T);  // [T, Hq D]
   Tensor out3 = out.unflatten_last(hq);      // [T, Hq, D]
   const float scale = 1.0f / std::sqrt(float(D));
-  if (batch.is_prefill) {
+  if (batch.is_prefill && batch.num_decode_seqs > 0) {
+    // Mixed step: the decode rows [0, nd) through the decode kernel (as in a decode-only step),
+    // the prefill rows [nd, T) through the prefill kernel.
+    const int64_t nd = batch.num_decode_seqs;
+    backend_.attention_decode(out3.slice_rows(0, nd), q.slice_rows(0, nd), cache, mixed_.decode(),
+                              scale);
+    backend_.attention_prefill(out3.slice_rows(nd, T), q.slice_rows(nd, T), cache,
+                               mixed_.prefill(), scale);
+  } else if (batch.is_prefill) {
     backend_.attention_prefill(out3, q, cache, batch, scale);
   } else {
     backend_.attention_decode(out3, q, cache, batch, scale);

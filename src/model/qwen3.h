@@ -6,6 +6,7 @@
 #include "backend/backend.h"
 #include "runtime/forward_batch.h"
 #include "model/hf_config.h"
+#include "model/mixed_batch.h"
 #include "model/weights.h"
 
 namespace nanovllm {
@@ -18,11 +19,12 @@ class Qwen3Model {
   // Allocates the activation workspace once, for steps of up to max_tokens tokens and max_seqs
   // sequences; every later forward() uses the same addresses (a CUDA graph replays over them).
   void reserve(int max_tokens, int max_seqs);
-  size_t workspace_bytes() const { return workspace_.bytes(); }
+  size_t workspace_bytes() const { return workspace_.bytes() + mixed_.bytes(); }
 
   // Runs one step and returns the logits of each sequence's last token: f32 [num_seqs, V]
   // (a view into the model's workspace, valid until the next call). kv_cache: one per layer.
-  // The batch must fit what reserve() allocated.
+  // The batch must fit what reserve() allocated. A mixed step (is_prefill, num_decode_seqs > 0)
+  // runs attention_decode on its decode rows and attention_prefill on the rest (MixedBatch).
   Tensor forward(const ForwardBatch& batch, const std::vector<LayerKVCache>& kv_cache);
 
   const ModelConfig& config() const { return config_; }
@@ -47,6 +49,7 @@ class Qwen3Model {
   Tensor mlp_act_;          // act [T, I]
   Tensor last_hidden_;      // act [B, H]
   Tensor logits_;           // f32 [B, V]
+  MixedBatch mixed_;        // a mixed step's attention sub-batches
 };
 
 }  // namespace nanovllm

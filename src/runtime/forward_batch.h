@@ -17,8 +17,15 @@ namespace nanovllm {
 // Padded decode lanes (a decode batch padded up to a CUDA-graph bucket): input id 0, position 0,
 // slot -1 (writes nothing), context_len 1 over block 0 (whose slot 0 is always finite: zeroed when
 // the cache is allocated, real KV after), temperature 0. Their logits and tokens are dropped.
+//
+// A mixed step (scheduling "mixed": decodes and prefill chunks in one step) has is_prefill = true
+// and its first num_decode_seqs sequences are decodes, one token each (rows [0, num_decode_seqs)),
+// the prefill chunks after them. The model runs attention_decode on the decode rows and
+// attention_prefill on the others (the sub-batches of model/mixed_batch.h), every other op once
+// over all rows, so a decode token's numbers are those of a decode-only step.
 struct HostBatch {
   bool is_prefill = false;
+  int num_decode_seqs = 0;                  // prefill step: leading decode seqs (0: a pure prefill)
   std::vector<int32_t> input_ids;           // [num_tokens]
   std::vector<int32_t> positions;           // [num_tokens] position of each token in its sequence
   std::vector<int32_t> slot_mapping;        // [num_tokens] KV slot = block_id * block_size + offset; -1 = write nothing
@@ -45,7 +52,7 @@ struct HostBatch {
     input_ids.clear(), positions.clear(), slot_mapping.clear(), cu_seqlens_q.clear();
     cu_seqlens_k.clear(), context_lens.clear(), block_tables.clear(), last_token_indices.clear();
     temperatures.clear(), top_k.clear(), top_p.clear(), seeds.clear(), sample_offsets.clear();
-    max_num_blocks = max_seqlen_q = max_seqlen_k = 0;
+    max_num_blocks = max_seqlen_q = max_seqlen_k = num_decode_seqs = 0;
   }
   int num_tokens() const { return int(input_ids.size()); }
 };
@@ -60,6 +67,7 @@ struct HostBatch {
 struct ForwardBatch {
   const HostBatch* host = nullptr;
   bool is_prefill = false;
+  int num_decode_seqs = 0;    // = host->num_decode_seqs (see HostBatch: a mixed step when > 0)
   int num_seqs = 0;
   int num_tokens = 0;
   int max_seqlen_q = 0;

@@ -103,7 +103,10 @@ TEST_F(Invariants, ChunkedPrefillEqualsLargeBudget) {
   auto want = greedy(config, prompts, 16);
   Config chunked = config;
   chunked.max_num_batched_tokens = 32;  // every long prompt is prefilled in chunks
-  EXPECT_EQ(greedy(chunked, prompts, 16), want);
+  for (const char* scheduling : {"mixed", "prefill_first"}) {
+    chunked.scheduling = scheduling;
+    EXPECT_EQ(greedy(chunked, prompts, 16), want) << scheduling;
+  }
 }
 
 TEST_F(Invariants, BatchEqualsAlone) {
@@ -152,6 +155,7 @@ TEST(InvariantsRandom, EngineConfigsAgree) {
   size_t longest = 0;
   for (const auto& p : prompts) longest = std::max(longest, p.size() + 16);
   Config base = test::tiny_config(model);
+  base.scheduling = "prefill_first";
   auto want = greedy(base, prompts, 16);
   const int block_sizes[] = {1, 3, 7, 16, 32};
   int64_t total_preemptions = 0;
@@ -161,6 +165,7 @@ TEST(InvariantsRandom, EngineConfigsAgree) {
     c.max_num_batched_tokens = 8 + int(rng() % 64);
     c.max_num_seqs = 1 + int(rng() % 6);
     c.enable_prefix_caching = rng() % 2;
+    c.scheduling = trial % 2 ? "mixed" : "prefill_first";  // both step policies, same tokens
     // Enough blocks for the longest request alone (prompt + 16 tokens), sometimes barely.
     const int64_t blocks = int64_t(longest + c.block_size - 1) / c.block_size + int64_t(rng() % 40);
     c.kv_cache_memory = blocks * test::kv_block_bytes(model, c.block_size);
@@ -168,7 +173,8 @@ TEST(InvariantsRandom, EngineConfigsAgree) {
     int64_t preemptions = 0;
     EXPECT_EQ(greedy(c, prompts, 16, &preemptions), want)
         << "block_size " << c.block_size << ", budget " << c.max_num_batched_tokens << ", seqs "
-        << c.max_num_seqs << ", prefix cache " << c.enable_prefix_caching << ", blocks " << blocks;
+        << c.max_num_seqs << ", prefix cache " << c.enable_prefix_caching << ", blocks " << blocks
+        << ", scheduling " << c.scheduling;
     total_preemptions += preemptions;
   }
   EXPECT_GT(total_preemptions, 0) << "some trial should have been short of blocks";
