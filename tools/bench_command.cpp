@@ -74,13 +74,13 @@ void add_bench(CLI::App& app, Commands& commands) {
   };
   auto a = std::make_shared<Args>();
   add_engine_flags(*cmd, a->config);
-  cmd->add_option("--num-seqs", a->num_seqs);
-  cmd->add_option("--max-input-len", a->max_input_len);
-  cmd->add_option("--max-output-len", a->max_output_len);
-  cmd->add_option("--min-len", a->min_len);
-  cmd->add_option("--seed", a->seed);
+  cmd->add_option("--num-seqs", a->num_seqs, "requests in the workload");
+  cmd->add_option("--max-input-len", a->max_input_len, "prompt tokens at most (uniform in [min-len, this])");
+  cmd->add_option("--max-output-len", a->max_output_len, "output tokens at most (uniform in [min-len, this])");
+  cmd->add_option("--min-len", a->min_len, "prompt and output tokens at least");
+  auto* seed = cmd->add_option("--seed", a->seed, "workload seed; given, it also seeds sampling (request i: seed + i), so runs repeat");
   cmd->add_flag("--no-roofline{false}", a->roofline, "skip the decode/prefill roofline figures");
-  on_run(cmd, commands, [a] {
+  on_run(cmd, commands, [a, seed] {
     a->config.show_progress = false;
     BenchWorkload w = make_bench_workload(a->num_seqs, a->max_input_len, a->max_output_len,
                                           a->min_len, a->seed);
@@ -99,6 +99,7 @@ void add_bench(CLI::App& app, Commands& commands) {
       params[i].temperature = 0.6f;
       params[i].ignore_eos = true;
       params[i].max_tokens = w.max_tokens[i];
+      if (seed->count()) params[i].seed = a->seed + i;
       prompt_tokens += int64_t(w.prompts[i].size());
       output_tokens += w.max_tokens[i];
     }
@@ -150,6 +151,29 @@ void add_bench(CLI::App& app, Commands& commands) {
                    "prefill, %d tokens: %.3f s -> %.3f GFLOP x %d = %.1f GFLOP/s of %.1f GFLOP/s bf16 peak (%.0f%%)\n",
                    r.prefill_tokens, r.prefill_seconds, gflop_per_token, r.prefill_tokens,
                    prefill_gflops, peak, peak > 0 ? 100 * prefill_gflops / peak : 0.0);
+    }
+    // KV capacity: the cache's bytes hold this many tokens in the chosen dtype; the same bytes
+    // in the other dtype hold (2 bytes / 1 byte per element) twice or half as many.
+    {
+      const ModelRunner& runner = engine.model_runner();
+      const int64_t blocks = runner.num_kv_blocks(), bs = a->config.block_size;
+      const int64_t bytes = blocks * int64_t(runner.kv_block_bytes());
+      const int64_t elem = int64_t(dtype_size(runner.kv_cache_dtype()));
+      const int64_t per_token_elem = int64_t(runner.kv_block_bytes()) / elem / bs;  // 2 L Hkv D
+      const int64_t tokens_bf16 = bytes / (per_token_elem * 2 * bs) * bs;
+      const int64_t tokens_fp8 = bytes / (per_token_elem * bs) * bs;
+      const bool fp8 = runner.kv_cache_dtype() == DType::F8E4M3;
+      j["kv_cache_dtype"] = fp8 ? "fp8" : "bf16";
+      j["kv_cache_bytes"] = bytes;
+      j["kv_cache_tokens"] = blocks * bs;
+      j["kv_cache_tokens_bf16"] = tokens_bf16;
+      j["kv_cache_tokens_fp8"] = tokens_fp8;
+      std::fprintf(stderr,
+                   "KV cache: %s, %lld blocks x %lld tokens = %lld tokens in %.3f GB (%lld bytes "
+                   "per token); the same bytes hold %lld tokens in bf16, %lld in fp8\n",
+                   fp8 ? "fp8 (E4M3)" : "bf16", (long long)blocks, (long long)bs,
+                   (long long)(blocks * bs), double(bytes) / 1e9, (long long)(per_token_elem * elem),
+                   (long long)tokens_bf16, (long long)tokens_fp8);
     }
     std::printf("%s\n", j.dump().c_str());
     return 0;

@@ -10,6 +10,9 @@ void add_engine_flags(CLI::App& cmd, Config& c) {
   cmd.add_option("--max-model-len", c.max_model_len, "prompt + output tokens at most");
   cmd.add_option("--block-size", c.block_size, "tokens per KV cache block");
   add_size_option(cmd, "--kv-cache-memory", c.kv_cache_memory, "KV cache size (0: device default)");
+  cmd.add_option("--kv-cache-dtype", c.kv_cache_dtype,
+                 "KV cache element: auto (= bf16), bf16 or fp8 (E4M3: twice the tokens)")
+      ->check(CLI::IsMember({"auto", "bf16", "fp8"}));
   cmd.add_flag("--no-prefix-cache{false}", c.enable_prefix_caching, "disable prefix caching");
   cmd.add_option("--scheduling", c.scheduling,
                  "mixed (decodes and prompt chunks share each step's token budget) or "

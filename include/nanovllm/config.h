@@ -18,6 +18,8 @@ struct Config {
   std::string scheduling = "mixed";     // "mixed": running decodes and prompt chunks share each
                                         // step's token budget (decodes first); "prefill_first":
                                         // a step is all prompt work or all decodes (nano-vllm)
+  std::string kv_cache_dtype = "auto";  // KV cache element: "auto" (= "bf16") | "bf16" | "fp8"
+                                        // (E4M3 with per-layer k/v scales: twice the tokens)
   std::string device = "cpu";           // "cpu" | "cuda"
   float gpu_memory_utilization = 0.9f;  // CUDA: share of the GPU's memory the engine may use
   bool enforce_eager = false;           // CUDA: no graphs, every decode step launched eagerly

@@ -21,6 +21,7 @@ class Config:
     threads: int = 0                  # CPU threads; 0: all cores
     kv_cache_memory: int = 0          # KV cache bytes; 0: the device's default
     enable_prefix_caching: bool = True
+    kv_cache_dtype: str = "auto"      # "auto" (= "bf16"), "bf16" or "fp8" (E4M3)
 
     def __post_init__(self):
         if self.tensor_parallel_size != 1:
@@ -53,5 +54,6 @@ class Config:
         c.num_threads = self.threads
         c.kv_cache_memory = self.kv_cache_memory
         c.enable_prefix_caching = self.enable_prefix_caching
+        c.kv_cache_dtype = self.kv_cache_dtype
         c.show_progress = False  # the Python progress bar (nanovllm.progress) is drawn instead
         return c

@@ -4,7 +4,7 @@
 // op is tests/reference/ops_reference.h.
 //
 // Dtypes: weights are bf16. Activations use the backend's activation_dtype() (CPU: f32, CUDA:
-// bf16); every op below that says "act" takes that dtype. The KV cache is bf16.
+// bf16); every op below that says "act" takes that dtype. The KV cache is bf16 or fp8 (E4M3).
 // Shapes use T = tokens in the step, B = sequences, H = hidden, D = head_dim,
 // Hq / Hkv = query / key-value heads, I = intermediate, V = vocab.
 #include <functional>
@@ -28,10 +28,14 @@ struct LinearWeight {
   Tensor data;    // the backend's view of storage
 };
 
-// The paged KV cache of one layer: k and v each [num_blocks, block_size, Hkv, D] bf16.
+// The paged KV cache of one layer: k and v each [num_blocks, block_size, Hkv, D], bf16 or
+// F8E4M3 (Config::kv_cache_dtype fp8). fp8 stores the code of x / scale (runtime/fp8.h: nearest
+// even, saturating at 448) and reads code * scale; bf16 ignores the scales.
 struct LayerKVCache {
   Tensor k;
   Tensor v;
+  float k_scale = 1.0f;
+  float v_scale = 1.0f;
 };
 
 // Bytes free and in all on the device (CPU: MemAvailable and MemTotal of /proc/meminfo).

@@ -29,6 +29,10 @@ void validate_config(const Config& c) {
   if (c.scheduling != "mixed" && c.scheduling != "prefill_first")
     fail("scheduling must be mixed or prefill_first, got '{}'", c.scheduling);
   if (c.num_threads < 0) fail("threads must be >= 0, got {}", c.num_threads);
+  if (c.kv_cache_dtype != "auto" && c.kv_cache_dtype != "bf16" && c.kv_cache_dtype != "fp8")
+    fail("kv_cache_dtype must be auto, bf16 or fp8, got '{}'", c.kv_cache_dtype);
+  if (c.kv_cache_dtype == "fp8" && c.device == "cuda")
+    fail("kv_cache_dtype fp8 is not implemented on cuda yet (use --kv-cache-dtype bf16 there)");
 }
 
 }  // namespace

@@ -46,6 +46,7 @@ ModelRunner::ModelRunner(const Config& config, const ModelConfig& model_config, 
                          const RunnerOptions& options)
     : config_(config), model_config_(model_config), backend_(backend), options_(options) {
   Checkpoint checkpoint(config.model);
+  kv_format_ = make_kv_cache_format(config.kv_cache_dtype, checkpoint, model_config.num_hidden_layers);
   model_ = std::make_unique<Qwen3Model>(model_config, load_weights(checkpoint, model_config, backend),
                                         backend, config.max_model_len);
   max_tokens_ = std::max(config.max_num_batched_tokens, config.max_num_seqs);
@@ -61,7 +62,8 @@ ModelRunner::ModelRunner(const Config& config, const ModelConfig& model_config, 
 
 size_t ModelRunner::kv_block_bytes() const {
   return 2 * size_t(model_config_.num_hidden_layers) * size_t(config_.block_size) *
-         size_t(model_config_.num_key_value_heads) * size_t(model_config_.head_dim) * 2;
+         size_t(model_config_.num_key_value_heads) * size_t(model_config_.head_dim) *
+         dtype_size(kv_format_.dtype);
 }
 
 int64_t ModelRunner::reserved_bytes() const {

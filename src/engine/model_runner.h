@@ -16,6 +16,7 @@
 
 #include "backend/backend.h"
 #include "engine/graph_runner.h"
+#include "engine/kv_cache_format.h"
 #include "engine/sequence.h"
 #include "model/qwen3.h"
 #include "nanovllm/config.h"
@@ -58,6 +59,7 @@ class ModelRunner {
   // Logits f32 [num_seqs, V] of the last run, on the device (valid until the next run).
   Tensor last_logits() const { return last_logits_; }
   int num_kv_blocks() const { return num_blocks_; }
+  DType kv_cache_dtype() const { return kv_format_.dtype; }  // BF16 or F8E4M3
   size_t kv_block_bytes() const;  // bytes of one block over all layers, k and v
   int max_num_blocks_per_seq() const { return max_num_blocks_per_seq_; }
   // Bytes of the buffers reserved before the KV cache (workspace and metadata).
@@ -108,7 +110,8 @@ class ModelRunner {
   std::vector<int> buckets_;
   GraphRunner graphs_;
   int num_blocks_ = 0;
-  Buffer kv_cache_buf_;                // [2, layers, num_blocks, block_size, Hkv, D] bf16
+  KvCacheFormat kv_format_;            // element type and per-layer scales of the KV cache
+  Buffer kv_cache_buf_;                // [2, layers, num_blocks, block_size, Hkv, D] bf16 or fp8
   std::vector<LayerKVCache> kv_cache_;
   Buffer metadata_buf_;
   Metadata metadata_;

@@ -10,19 +10,23 @@ namespace nanovllm {
 namespace {
 
 // k and v of every layer over a buffer of num_blocks blocks:
-// [2, layers, num_blocks, block_size, Hkv, D] bf16.
+// [2, layers, num_blocks, block_size, Hkv, D] of format.dtype, with the layers' scales.
 std::vector<LayerKVCache> kv_views(const Buffer& buf, const ModelConfig& mc, int64_t num_blocks,
-                                   int64_t block_size, DeviceKind device) {
+                                   int64_t block_size, DeviceKind device,
+                                   const KvCacheFormat& format) {
   const int64_t L = mc.num_hidden_layers, Hkv = mc.num_key_value_heads, D = mc.head_dim;
-  const size_t per_layer = size_t(num_blocks * block_size * Hkv * D) * 2;  // bytes of k of a layer
+  const size_t per_layer =  // bytes of k of a layer
+      size_t(num_blocks * block_size * Hkv * D) * dtype_size(format.dtype);
   char* base = static_cast<char*>(buf.data());
   std::vector<LayerKVCache> views;
   for (int64_t l = 0; l < L; ++l) {
     LayerKVCache c;
-    c.k = Tensor::contiguous(base + size_t(l) * per_layer, DType::BF16,
+    c.k = Tensor::contiguous(base + size_t(l) * per_layer, format.dtype,
                              {num_blocks, block_size, Hkv, D}, device);
-    c.v = Tensor::contiguous(base + size_t(L + l) * per_layer, DType::BF16,
+    c.v = Tensor::contiguous(base + size_t(L + l) * per_layer, format.dtype,
                              {num_blocks, block_size, Hkv, D}, device);
+    c.k_scale = format.k_scale[size_t(l)];
+    c.v_scale = format.v_scale[size_t(l)];
     views.push_back(c);
   }
   return views;
@@ -51,7 +55,7 @@ void ModelRunner::warmup_model() {
   const int64_t nb = (len + bs - 1) / bs;
   Buffer temp = backend_.alloc(kv_block_bytes() * size_t(nb));
   backend_.fill_zero(temp.as(DType::I32, {int64_t(temp.bytes() / 4)}));
-  std::vector<LayerKVCache> cache = kv_views(temp, model_config_, nb, bs, backend_.device());
+  std::vector<LayerKVCache> cache = kv_views(temp, model_config_, nb, bs, backend_.device(), kv_format_);
 
   std::vector<std::unique_ptr<Sequence>> owned;
   std::vector<Sequence*> seqs;
@@ -113,7 +117,7 @@ void ModelRunner::allocate_kv_cache() {
          backend_.device() == DeviceKind::CPU ? "" : " or --gpu-memory-utilization");
   }
   kv_cache_buf_ = backend_.alloc(size_t(block_bytes) * size_t(num_blocks_));
-  kv_cache_ = kv_views(kv_cache_buf_, model_config_, num_blocks_, bs, backend_.device());
+  kv_cache_ = kv_views(kv_cache_buf_, model_config_, num_blocks_, bs, backend_.device(), kv_format_);
   // Padded decode lanes read key 0 of block 0: keep it finite from the start.
   for (const LayerKVCache& c : kv_cache_) {
     backend_.fill_zero(c.k.slice_rows(0, 1));

@@ -58,6 +58,8 @@ const char* safetensors_dtype_name(DType t) {
       return "I32";
     case DType::I64:
       return "I64";
+    case DType::F8E4M3:
+      return "F8_E4M3";
   }
   return "?";
 }

@@ -13,6 +13,7 @@ size_t dtype_size(DType t) {
     case DType::F32: return 4;
     case DType::I32: return 4;
     case DType::I64: return 8;
+    case DType::F8E4M3: return 1;
   }
   return 0;
 }
@@ -24,6 +25,7 @@ const char* dtype_name(DType t) {
     case DType::F32: return "f32";
     case DType::I32: return "i32";
     case DType::I64: return "i64";
+    case DType::F8E4M3: return "fp8_e4m3";
   }
   return "?";
 }

@@ -11,7 +11,8 @@
 
 namespace nanovllm {
 
-enum class DType : uint8_t { BF16, F16, F32, I32, I64 };
+// F8E4M3: 1-byte OCP E4M3 codes (runtime/fp8.h), the element of the fp8 KV cache.
+enum class DType : uint8_t { BF16, F16, F32, I32, I64, F8E4M3 };
 enum class DeviceKind : uint8_t { CPU, CUDA };
 
 size_t dtype_size(DType t);

@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "reference/sampler_reference.h"
+#include "runtime/fp8.h"
 #include "runtime/sampling_rng.h"
 #include "util/check.h"
 
@@ -108,9 +109,15 @@ Vec gather_rows(const Vec& x, const std::vector<int32_t>& indices, int64_t cols)
   return out;
 }
 
-Vec attention(const Vec& q, const Vec& k, const Vec& v, int64_t seqlen_q, int64_t context_len,
-              int64_t hq, int64_t hkv, int64_t d, float scale) {
+Vec attention(const Vec& q, const Vec& k_in, const Vec& v_in, int64_t seqlen_q,
+              int64_t context_len, int64_t hq, int64_t hkv, int64_t d, float scale,
+              const Fp8KvScales* fp8) {
   NV_CHECK(context_len >= seqlen_q && hq % hkv == 0);
+  Vec k = k_in, v = v_in;
+  if (fp8) {
+    for (float& x : k) x = fp8_e4m3_to_float(float_to_fp8_e4m3(x / fp8->k_scale)) * fp8->k_scale;
+    for (float& x : v) x = fp8_e4m3_to_float(float_to_fp8_e4m3(x / fp8->v_scale)) * fp8->v_scale;
+  }
   Vec out(size_t(seqlen_q * hq * d));
   std::vector<double> w(static_cast<size_t>(context_len));
   for (int64_t i = 0; i < seqlen_q; ++i) {

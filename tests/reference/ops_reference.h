@@ -42,8 +42,14 @@ Vec gather_rows(const Vec& x, const std::vector<int32_t>& indices, int64_t cols)
 // q: [seqlen_q, hq, d]; k, v: [context_len, hkv, d]; query i sits at position
 // context_len - seqlen_q + i and attends to keys [0, that position]; head h reads kv head
 // h / (hq / hkv). Returns [seqlen_q, hq, d]. Softmax in double.
+// fp8: the KV cache's fp8 rounding (runtime/fp8.h) applied to K and V first:
+// x -> fp8_e4m3_to_float(float_to_fp8_e4m3(x / scale)) * scale, per fp8->k_scale / v_scale.
+struct Fp8KvScales {
+  float k_scale = 1.0f;
+  float v_scale = 1.0f;
+};
 Vec attention(const Vec& q, const Vec& k, const Vec& v, int64_t seqlen_q, int64_t context_len,
-              int64_t hq, int64_t hkv, int64_t d, float scale);
+              int64_t hq, int64_t hkv, int64_t d, float scale, const Fp8KvScales* fp8 = nullptr);
 
 // The sampling rule of runtime/sampling_rng.h with only temperature, top_k, top_p (the full
 // rule: reference/sampler_reference.h).

@@ -1,11 +1,16 @@
 #pragma once
-// Internals shared by the paged attention kernels over the bf16 KV cache: attention_prefill.cpp
+// Internals shared by the paged attention kernels over the bf16 or fp8 KV cache: attention_prefill.cpp
 // (tiled flash attention), attention_decode.cpp (flash-decoding) and kv_cache.cpp (store_kv).
 // Not part of the backend interface.
 //
 // Items go to the pool's threads dynamically, most expensive first; how the work is split
 // depends only on the batch shape, never on the thread count, and each item's arithmetic does
 // not depend on which thread runs it, so results are identical for any thread count.
+//
+// fp8 (E4M3) caches: the kernels see code values, converted exactly (fp8 -> f32 or bf16 is
+// lossless) as rows are read; k_scale is folded into the score scale and v_scale into the output
+// normalization, so out = softmax(scale * q . (k_code * k_scale)) (v_code * v_scale) up to f32
+// rounding. With a bf16 cache both factors are 1 and the arithmetic is unchanged.
 //
 // Everything here is compiled for AVX2+FMA (push_options below); the .cpp files that include this
 // header compile their own kernels for the same target.
@@ -29,8 +34,14 @@ struct AttnArgs {
   const float* q;  // [T, Hq, D], token stride q_stride, head stride q_head_stride
   int64_t q_stride, q_head_stride;
   float* out;               // [T, Hq, D] contiguous
-  const uint16_t* k_cache;  // [num_blocks, block_size, Hkv, D] bf16
+  const uint16_t* k_cache;  // [num_blocks, block_size, Hkv, D] bf16 (nullptr for fp8)
   const uint16_t* v_cache;
+  const uint8_t* k_fp8;     // [num_blocks, block_size, Hkv, D] E4M3 codes (nullptr for bf16)
+  const uint8_t* v_fp8;
+  const char* k_bytes;      // whichever of the two is set, for prefetching
+  const char* v_bytes;
+  int64_t elem_bytes;       // 2 (bf16) or 1 (fp8)
+  float out_scale;          // multiplies the output: v_scale for fp8, 1 for bf16
   int64_t num_blocks, block_size, num_kv_heads, head_dim, group;  // group = Hq / Hkv
   const int32_t* block_tables;                                    // [num_seqs, max_num_blocks]
   int64_t max_num_blocks;
@@ -64,6 +75,50 @@ inline void bf16_row_to_f32(float* dst, const uint16_t* src, int64_t d) {
   for (int64_t i = 0; i < d; i += 8) _mm256_storeu_ps(dst + i, vec::load_bf16(src + i));
 }
 
+// 8 E4M3 codes -> 8 f32, exactly (runtime/fp8.h's fp8_e4m3_to_float, without touching
+// denormal floats): normals move their exponent and mantissa bits into place and rebias
+// (+120 << 23), subnormals are m * 2^-9, and codes 0x7F / 0xFF are NaN.
+inline __m256 fp8x8_to_f32(const uint8_t* p) {
+  int64_t raw;
+  __builtin_memcpy(&raw, p, 8);
+  const __m256i c = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(raw));
+  const __m256i mag = _mm256_and_si256(c, _mm256_set1_epi32(0x7f));
+  const __m256 normal = _mm256_castsi256_ps(
+      _mm256_add_epi32(_mm256_slli_epi32(mag, 20), _mm256_set1_epi32(120 << 23)));
+  const __m256 sub = _mm256_mul_ps(_mm256_cvtepi32_ps(mag), _mm256_set1_ps(1.0f / 512));
+  __m256 v = _mm256_blendv_ps(normal, sub,
+                              _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(8), mag)));
+  v = _mm256_blendv_ps(v, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fc00000)),
+                       _mm256_castsi256_ps(_mm256_cmpeq_epi32(mag, _mm256_set1_epi32(0x7f))));
+  const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(c, _mm256_set1_epi32(0x80)), 24);
+  return _mm256_or_ps(v, _mm256_castsi256_ps(sign));
+}
+
+inline void fp8_row_to_f32(float* dst, const uint8_t* src, int64_t d) {  // d % 8 == 0
+  for (int64_t i = 0; i < d; i += 8) _mm256_storeu_ps(dst + i, fp8x8_to_f32(src + i));
+}
+
+// fp8 -> bf16 is exact (E4M3's values all fit bf16), so the bf16 kernels run on the result.
+inline void fp8_row_to_bf16(uint16_t* dst, const uint8_t* src, int64_t n) {  // n % 8 == 0
+  for (int64_t i = 0; i < n; i += 8) vec::store_bf16(dst + i, fp8x8_to_f32(src + i));
+}
+
+// One key's token row ([Hkv, D]) of K and of V, as bf16: straight from a bf16 cache, or converted
+// from an fp8 cache into stage_k / stage_v (each [Hkv * D]). `row`: token_row()'s offset.
+inline void kv_row_bf16(const AttnArgs& a, int64_t row, uint16_t* stage_k, uint16_t* stage_v,
+                        const uint16_t*& k, const uint16_t*& v) {
+  if (a.k_fp8 == nullptr) {
+    k = a.k_cache + row;
+    v = a.v_cache + row;
+    return;
+  }
+  const int64_t n = a.num_kv_heads * a.head_dim;
+  fp8_row_to_bf16(stage_k, a.k_fp8 + row, n);
+  fp8_row_to_bf16(stage_v, a.v_fp8 + row, n);
+  k = stage_k;
+  v = stage_v;
+}
+
 // fn(i, state) for i < n on the pool's threads, dynamically in index order; each thread's state
 // comes from make_state().
 template <class MakeState, class F>
@@ -88,10 +143,12 @@ void run_dynamic(ThreadPool& pool, int64_t n, MakeState&& make_state, F&& fn) {
 inline const LayerKVCache& check_cache(const LayerKVCache& cache) {
   const Tensor& k = cache.k;
   const Tensor& v = cache.v;
-  NV_CHECK(k.ndim == 4 && k.dtype == DType::BF16 && k.is_contiguous() && v.ndim == 4 &&
-               v.dtype == DType::BF16 && v.is_contiguous(),
-           "KV cache k {} v {}: expected contiguous bf16 [num_blocks, block_size, Hkv, D]",
+  NV_CHECK(k.ndim == 4 && (k.dtype == DType::BF16 || k.dtype == DType::F8E4M3) &&
+               k.is_contiguous() && v.ndim == 4 && v.dtype == k.dtype && v.is_contiguous(),
+           "KV cache k {} v {}: expected contiguous bf16 or fp8 [num_blocks, block_size, Hkv, D]",
            k.describe(), v.describe());
+  NV_CHECK(k.dtype == DType::BF16 || (cache.k_scale > 0.0f && cache.v_scale > 0.0f),
+           "fp8 KV cache scales k {} v {}", cache.k_scale, cache.v_scale);
   for (int d = 0; d < 4; ++d)
     NV_CHECK(k.shape[d] == v.shape[d], "KV cache k {} v {}", k.describe(), v.describe());
   return cache;
@@ -112,8 +169,15 @@ inline AttnArgs make_args(Tensor out, Tensor q, const LayerKVCache& cache,
   a.q_stride = q.stride[0];
   a.q_head_stride = q.stride[1];
   a.out = out.ptr<float>();
-  a.k_cache = cache.k.ptr<const uint16_t>();
-  a.v_cache = cache.v.ptr<const uint16_t>();
+  const bool fp8 = cache.k.dtype == DType::F8E4M3;
+  a.k_cache = fp8 ? nullptr : cache.k.ptr<const uint16_t>();
+  a.v_cache = fp8 ? nullptr : cache.v.ptr<const uint16_t>();
+  a.k_fp8 = fp8 ? cache.k.ptr<const uint8_t>() : nullptr;
+  a.v_fp8 = fp8 ? cache.v.ptr<const uint8_t>() : nullptr;
+  a.k_bytes = cache.k.ptr<const char>();
+  a.v_bytes = cache.v.ptr<const char>();
+  a.elem_bytes = fp8 ? 1 : 2;
+  a.out_scale = fp8 ? cache.v_scale : 1.0f;
   a.num_blocks = cache.k.shape[0];
   a.block_size = cache.k.shape[1];
   a.num_kv_heads = cache.k.shape[2];
@@ -124,7 +188,7 @@ inline AttnArgs make_args(Tensor out, Tensor q, const LayerKVCache& cache,
   a.group = q.shape[1] / a.num_kv_heads;
   a.block_tables = hb.block_tables.data();
   a.max_num_blocks = hb.max_num_blocks;
-  a.scale = scale;
+  a.scale = cache.k.dtype == DType::F8E4M3 ? scale * cache.k_scale : scale;
   return a;
 }
 

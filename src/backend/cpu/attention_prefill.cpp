@@ -1,4 +1,4 @@
-// CpuBackend::attention_prefill over the paged bf16 KV cache: a tiled flash attention (also run
+// CpuBackend::attention_prefill over the paged bf16 or fp8 KV cache: a tiled flash attention (also run
 // by attention_decode for GQA groups above 8).
 //
 // One work item = (sequence, kv head, block of query tokens): its rows are every query head of
@@ -150,7 +150,7 @@ void run_prefill_item(const AttnArgs& a, const PrefillItem& it, PrefillScratch& 
   const int64_t num_keys = int64_t(sc.lim[size_t(rows - 1)]);  // the last row sees the most
   const int64_t min_keys = int64_t(sc.lim[0]);
   float* st = sc.st.data();
-  const int64_t row_bytes = d * 2;
+  const int64_t row_bytes = d * a.elem_bytes;
   auto prefetch_keys = [&](int64_t k0, int64_t k1) {  // this head's K and V rows, into L2
     for (int64_t key = k0; key < k1; ++key) {
       const int64_t block = table[key / a.block_size];
@@ -158,8 +158,8 @@ void run_prefill_item(const AttnArgs& a, const PrefillItem& it, PrefillScratch& 
       const int64_t off =
           ((block * a.block_size + key % a.block_size) * a.num_kv_heads + it.kv_head) * d;
       for (int64_t b = 0; b < row_bytes; b += 64) {
-        _mm_prefetch(reinterpret_cast<const char*>(a.k_cache + off) + b, _MM_HINT_T1);
-        _mm_prefetch(reinterpret_cast<const char*>(a.v_cache + off) + b, _MM_HINT_T1);
+        _mm_prefetch(a.k_bytes + off * a.elem_bytes + b, _MM_HINT_T1);
+        _mm_prefetch(a.v_bytes + off * a.elem_bytes + b, _MM_HINT_T1);
       }
     }
   };
@@ -169,8 +169,13 @@ void run_prefill_item(const AttnArgs& a, const PrefillItem& it, PrefillScratch& 
     prefetch_keys(c0 + kTile, std::min(c0 + 2 * kTile, num_keys));
     for (int64_t j = 0; j < n; ++j) {
       const int64_t off = token_row(a, table, c0 + j) + it.kv_head * d;
-      bf16_row_to_f32(sc.kf.data() + j * d, a.k_cache + off, d);
-      bf16_row_to_f32(sc.vf.data() + j * d, a.v_cache + off, d);
+      if (a.k_fp8) {  // the codes' values (exact); the scales are applied outside
+        fp8_row_to_f32(sc.kf.data() + j * d, a.k_fp8 + off, d);
+        fp8_row_to_f32(sc.vf.data() + j * d, a.v_fp8 + off, d);
+      } else {
+        bf16_row_to_f32(sc.kf.data() + j * d, a.k_cache + off, d);
+        bf16_row_to_f32(sc.vf.data() + j * d, a.v_cache + off, d);
+      }
     }
     int64_t r0 = 0;
     for (; r0 + 16 <= rp; r0 += 16) qk_rows<2>(sc.qt.data(), rp, r0, sc.kf.data(), n, d, st);
@@ -211,7 +216,7 @@ void run_prefill_item(const AttnArgs& a, const PrefillItem& it, PrefillScratch& 
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t t = it.t0 + r / g, h = it.kv_head * g + r % g;
     float* o = a.out + (t * a.num_kv_heads * g + h) * d;
-    const float inv = 1.0f / sc.l[size_t(r)];
+    const float inv = a.out_scale / sc.l[size_t(r)];
     for (int64_t e = 0; e < d; ++e) o[e] = sc.ot[size_t(e * rp + r)] * inv;
   }
 }
