@@ -151,6 +151,9 @@ TEST_F(StepFailure, DecodeFaultEndsOnlyTheStepsSequences) {
 // retry of the failed prompt finish as they would alone.
 TEST_F(StepFailure, ChunkedPrefillFaultEndsOnlyThatRequest) {
   config.max_num_batched_tokens = 32;
+  // prefill_first: a's decodes wait while b's prompt runs (a mixed step would carry a's decode
+  // with b's chunk, and its failure would end both, as any failed step ends all its sequences).
+  config.scheduling = "prefill_first";
   const Tokens a = random_tokens(rng, 12, vocab), b = random_tokens(rng, 70, vocab);
   FaultyEngine f(config);
   LLMEngine& engine = *f.engine;
