@@ -166,6 +166,29 @@ TEST(SchedulerMixed, PreemptsThePartialPrefillWhenItIsNewest) {
   EXPECT_EQ(h.sched.block_manager().num_free_blocks(), 5);
 }
 
+TEST(SchedulerMixed, AFailedMixedStepEndsItsDecodesAndItsChunk) {
+  Harness h(mixed_config(8, 8, 100));
+  Sequence* a = h.add(3, 6);
+  Sequence* c = h.add(2, 6, 300);
+  h.step();
+  Sequence* b = h.add(20, 4);
+  auto [seqs, is_prefill] = h.sched.schedule();  // a, c decode; b's first chunk (6 tokens)
+  ASSERT_EQ(seqs, std::vector<Sequence*>({a, c, b}));
+  ASSERT_TRUE(is_prefill);
+  ASSERT_EQ(h.sched.num_decode_seqs(), 2);
+  h.sched.abort_step(seqs, "the step failed: injected");
+  auto done = h.sched.take_finished();
+  ASSERT_EQ(done.size(), 3u);
+  for (const auto& s : done) EXPECT_EQ(s->finish_reason, FinishReason::ERROR);
+  EXPECT_TRUE(h.sched.is_finished());
+  EXPECT_EQ(h.sched.block_manager().num_free_blocks(), 100);
+  // The scheduler goes on (no partial prefill left behind).
+  Sequence* d = h.add(12, 2);
+  auto [s2, p2] = h.step();
+  EXPECT_EQ(s2, std::vector<Sequence*>({d}));
+  EXPECT_EQ(h.last_scheduled, std::vector<int>({8}));
+}
+
 // Random workloads with arrivals, tight budgets and caches: every step keeps the rules, and both
 // modes hand out the same tokens for every request.
 TEST(SchedulerMixed, RandomWorkloadsKeepTheRulesAndMatchPrefillFirst) {
