@@ -50,4 +50,7 @@ class CMakeBuild(build_ext):
         shutil.copyfile(built[-1], target)
 
 
-setup(ext_modules=[CMakeExtension("nanovllm._C")], cmdclass={"build_ext": CMakeBuild})
+# setuptools' egg-info goes under build/, not into python/ beside the sources.
+(ROOT / "build").mkdir(exist_ok=True)
+setup(ext_modules=[CMakeExtension("nanovllm._C")], cmdclass={"build_ext": CMakeBuild},
+      options={"egg_info": {"egg_base": os.path.relpath(ROOT / "build")}})

@@ -1,8 +1,9 @@
 """SamplingParams: nano-vllm's (temperature, max_tokens, ignore_eos) first, then vLLM's fields.
 
 Defaults follow nano-vllm and vLLM: plain temperature sampling (top_k, top_p, min_p and the
-penalties off). None for top_k, top_p or repetition_penalty takes the model's
-generation_config.json value instead. temperature=0 is greedy (nano-vllm refuses it).
+penalties off). None for temperature, top_k, top_p or repetition_penalty takes the model's
+generation_config.json value instead (as the CLI does when a flag is not given). temperature=0 is
+greedy (nano-vllm refuses it).
 Invalid values raise ValueError with the engine's message (the engine checks again per request).
 """
 import math
@@ -31,7 +32,7 @@ def _check_type(name, value, types, optional=False):
 
 @dataclass
 class SamplingParams:
-    temperature: float = 1.0
+    temperature: Optional[float] = 1.0
     max_tokens: int = 64
     ignore_eos: bool = False
     _: KW_ONLY
@@ -54,7 +55,7 @@ class SamplingParams:
     def __post_init__(self):
         if isinstance(self.stop, str):
             self.stop = [self.stop]
-        _check_type("temperature", self.temperature, (float, int))
+        _check_type("temperature", self.temperature, (float, int), optional=True)
         _check_type("max_tokens", self.max_tokens, (int,))
         _check_type("ignore_eos", self.ignore_eos, (bool,))
         _check_type("top_k", self.top_k, (int,), optional=True)
@@ -90,7 +91,7 @@ class SamplingParams:
             bad("min_tokens",
                 f"min_tokens must be <= max_tokens ({self.max_tokens}), got {self.min_tokens}")
         t = self.temperature
-        if not (math.isfinite(t) and t >= 0):
+        if t is not None and not (math.isfinite(t) and t >= 0):
             bad("temperature", f"temperature must be a finite number >= 0, got {_num(t)}")
         if self.top_p is not None and not (0 < self.top_p <= 1):
             bad("top_p", f"top_p must be in (0, 1], got {_num(self.top_p)}")
@@ -120,7 +121,7 @@ class SamplingParams:
     def to_c(self):
         """The engine's SamplingParams (TypeError for values of the wrong type)."""
         c = _C.SamplingParams()
-        c.temperature = float(self.temperature)
+        c.temperature = None if self.temperature is None else float(self.temperature)
         c.max_tokens = self.max_tokens
         c.ignore_eos = self.ignore_eos
         c.top_k = self.top_k

@@ -1,4 +1,6 @@
 """LLM.stream: a request's tokens as they come; they add up to generate's output."""
+import pytest
+
 from nanovllm import SamplingParams
 
 
@@ -35,3 +37,16 @@ def test_streams_interleave(tiny_llm):
     tb = [t for p in b for t in p["token_ids"]]
     want = tiny_llm.generate([[7, 8, 9], [10, 11]], sp, use_tqdm=False)
     assert [ta, tb] == [w["token_ids"] for w in want]
+
+
+def test_generate_beside_a_running_stream_is_a_runtime_error(tiny_llm):
+    sp = SamplingParams(temperature=0, max_tokens=400, ignore_eos=True)
+    s = tiny_llm.stream([1, 2, 3], sp)
+    next(s)
+    try:
+        with pytest.raises(RuntimeError, match="1 streamed request.* still running"):
+            tiny_llm.generate([[4, 5]], SamplingParams(max_tokens=2), use_tqdm=False)
+    finally:
+        s.close()
+    assert len(tiny_llm.generate([[4, 5]], SamplingParams(max_tokens=2, ignore_eos=True),
+                                 use_tqdm=False)[0]["token_ids"]) == 2
