@@ -12,11 +12,13 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <vector>
 
 #include "backend/cpu/attention_common.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/vec_avx2.h"
+#include "runtime/fp8.h"
 
 #pragma GCC target("avx2,fma")
 
@@ -270,6 +272,33 @@ inline void unpermute_head(float* dst, const float* src, int64_t d) {
     }
 }
 
+// fp8 -> bf16 with AVX-512 permutes: the bf16 bits of the 128 E4M3 magnitudes (exact; 0x7F is
+// NaN) in four registers of 32, looked up by two 64-entry vpermi2w and a blend on bit 6, then
+// the sign moved from bit 7 to bit 15. 32 codes per step, no float arithmetic.
+struct Fp8Bf16Table {
+  __m512i t[4];  // magnitudes [32 i, 32 i + 32)
+  Fp8Bf16Table() {
+    alignas(64) uint16_t bits[128];
+    for (int i = 0; i < 128; ++i) bits[i] = f32_to_bf16(fp8_e4m3_to_float(uint8_t(i)));
+    for (int i = 0; i < 4; ++i) t[i] = _mm512_load_si512(bits + 32 * i);
+  }
+};
+
+inline void fp8_row_to_bf16_512(uint16_t* dst, const uint8_t* src, int64_t n,
+                                const Fp8Bf16Table& tb) {  // n % 32 == 0
+  for (int64_t i = 0; i < n; i += 32) {
+    const __m512i c =
+        _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i)));
+    const __m512i mag = _mm512_and_si512(c, _mm512_set1_epi16(0x7f));
+    const __m512i lo = _mm512_permutex2var_epi16(tb.t[0], mag, tb.t[1]);
+    const __m512i hi = _mm512_permutex2var_epi16(tb.t[2], mag, tb.t[3]);
+    const __m512i v = _mm512_mask_blend_epi16(
+        _mm512_test_epi16_mask(mag, _mm512_set1_epi16(0x40)), lo, hi);
+    const __m512i sign = _mm512_slli_epi16(_mm512_and_si512(c, _mm512_set1_epi16(0x80)), 8);
+    _mm512_storeu_si512(dst + i, _mm512_or_si512(v, sign));
+  }
+}
+
 inline void load_bf16_pairs(const uint16_t* p, __m512& even, __m512& odd) {
   const __m512i x = _mm512_loadu_si512(p);
   even = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
@@ -418,11 +447,24 @@ void decode_partition512(const AttnArgs& a, const DecodeItem& it, float* m, floa
   const uint16_t* kbase[kDecodeChunk];  // each key's token row [Hkv, D], bf16
   const uint16_t* vbase[kDecodeChunk];
   const uint16_t* vrow[kDecodeChunk];
+  std::optional<Fp8Bf16Table> fp8_table;
+  if (a.k_fp8) fp8_table.emplace();
   for (int64_t c0 = it.k0; c0 < it.k1; c0 += kDecodeChunk) {
     const int64_t n = std::min(kDecodeChunk, it.k1 - c0);
-    for (int64_t j = 0; j < n; ++j)
-      kv_row_bf16(a, token_row(a, table, c0 + j), stage + j * hkv * d,
-                  stage + (kDecodeChunk + j) * hkv * d, kbase[j], vbase[j]);
+    for (int64_t j = 0; j < n; ++j) {
+      const int64_t row = token_row(a, table, c0 + j);
+      if (a.k_fp8) {  // this chunk's fp8 rows, as bf16 (exact), into the stage
+        uint16_t* sk = stage + j * hkv * d;
+        uint16_t* sv = stage + (kDecodeChunk + j) * hkv * d;
+        fp8_row_to_bf16_512(sk, a.k_fp8 + row, hkv * d, *fp8_table);
+        fp8_row_to_bf16_512(sv, a.v_fp8 + row, hkv * d, *fp8_table);
+        kbase[j] = sk;
+        vbase[j] = sv;
+      } else {
+        kbase[j] = a.k_cache + row;
+        vbase[j] = a.v_cache + row;
+      }
+    }
     for (int64_t j = 0; j < n; ++j) {
       prefetch(c0 + j + kPrefetchKeys);
       for (int64_t b = 0; b < blocks; ++b)
