@@ -98,9 +98,30 @@ inline void fp8_row_to_f32(float* dst, const uint8_t* src, int64_t d) {  // d % 
   for (int64_t i = 0; i < d; i += 8) _mm256_storeu_ps(dst + i, fp8x8_to_f32(src + i));
 }
 
+// 16 E4M3 codes -> 16 bf16, exactly, with integer ops: a normal magnitude's bits move into
+// place and rebias ((mag << 4) + (120 << 7)); subnormals (mag < 8) come from an 8-entry table
+// (pshufb: low bytes at 0..7, high bytes at 8..15); 0x7F is NaN; the sign moves to bit 15.
+inline __m256i fp8x16_to_bf16(const uint8_t* p) {
+  auto b = [](int x) { return static_cast<char>(x); };
+  const __m256i tab = _mm256_setr_epi8(
+      0, 0, b(0x80), b(0xC0), 0, 0x20, 0x40, 0x60, 0, 0x3B, 0x3B, 0x3B, 0x3C, 0x3C, 0x3C, 0x3C,
+      0, 0, b(0x80), b(0xC0), 0, 0x20, 0x40, 0x60, 0, 0x3B, 0x3B, 0x3B, 0x3C, 0x3C, 0x3C, 0x3C);
+  const __m256i c = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  const __m256i mag = _mm256_and_si256(c, _mm256_set1_epi16(0x7f));
+  const __m256i normal = _mm256_add_epi16(_mm256_slli_epi16(mag, 4), _mm256_set1_epi16(120 << 7));
+  const __m256i idx = _mm256_or_si256(mag, _mm256_slli_epi16(_mm256_add_epi16(mag, _mm256_set1_epi16(8)), 8));
+  const __m256i sub = _mm256_shuffle_epi8(tab, idx);  // meaningful where mag < 8
+  __m256i v = _mm256_blendv_epi8(normal, sub, _mm256_cmpgt_epi16(_mm256_set1_epi16(8), mag));
+  v = _mm256_blendv_epi8(v, _mm256_set1_epi16(0x7FC0), _mm256_cmpeq_epi16(mag, _mm256_set1_epi16(0x7f)));
+  return _mm256_or_si256(v, _mm256_slli_epi16(_mm256_and_si256(c, _mm256_set1_epi16(0x80)), 8));
+}
+
 // fp8 -> bf16 is exact (E4M3's values all fit bf16), so the bf16 kernels run on the result.
 inline void fp8_row_to_bf16(uint16_t* dst, const uint8_t* src, int64_t n) {  // n % 8 == 0
-  for (int64_t i = 0; i < n; i += 8) vec::store_bf16(dst + i, fp8x8_to_f32(src + i));
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i), fp8x16_to_bf16(src + i));
+  for (; i < n; i += 8) vec::store_bf16(dst + i, fp8x8_to_f32(src + i));
 }
 
 // One key's token row ([Hkv, D]) of K and of V, as bf16: straight from a bf16 cache, or converted
