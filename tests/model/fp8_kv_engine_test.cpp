@@ -8,9 +8,15 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstring>
+#include <fstream>
 #include <random>
 
+#include <nlohmann/json.hpp>
+
+#include "engine/kv_cache_format.h"
 #include "engine/llm_engine.h"
+#include "model/safetensors.h"
 #include "model/model_fixture.h"
 #include "nanovllm/llm.h"
 
@@ -178,7 +184,10 @@ TEST_F(Fp8Invariants, ChunkedPrefillEqualsLargeBudget) {
   const Prompts want = greedy(config, prompts, 16);
   Config chunked = config;
   chunked.max_num_batched_tokens = 32;
-  EXPECT_EQ(greedy(chunked, prompts, 16), want);
+  for (const char* scheduling : {"mixed", "prefill_first"}) {
+    chunked.scheduling = scheduling;
+    EXPECT_EQ(greedy(chunked, prompts, 16), want) << scheduling;
+  }
 }
 
 TEST_F(Fp8Invariants, BatchEqualsAlone) {
@@ -214,6 +223,57 @@ TEST(Fp8KvConfig, TwiceTheTokensAndClearErrors) {
     ADD_FAILURE() << "fp8 on cuda accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("kv_cache_dtype fp8 is not implemented on cuda yet"),
+              std::string::npos) << e.what();
+  }
+}
+
+// vLLM's per-layer scales in the checkpoint (here in an extra shard of a sharded folder): read
+// for fp8 (absent layers 1.0), ignored for bf16, and a bad one refused by name.
+TEST(Fp8KvConfig, ScalesFromTheCheckpoint) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() /
+                       ("nanovllm-test-fp8-scales-" + std::to_string(::getpid()));
+  test::remove_at_exit(dir);
+  MakeModelOptions o;
+  o.preset = "tiny";
+  o.shards = 2;
+  o.out = dir.string();
+  make_model(o);
+  auto add_scales = [&](float k0, float v0) {
+    auto scalar = [](const std::string& name, float x) {
+      TensorToWrite t{name, DType::F32, {}, std::vector<uint8_t>(4)};
+      std::memcpy(t.bytes.data(), &x, 4);
+      return t;
+    };
+    write_safetensors((dir / "kv_scales.safetensors").string(),
+                      {scalar("model.layers.0.self_attn.k_scale", k0),
+                       scalar("model.layers.0.self_attn.v_scale", v0)});
+    const fs::path index = dir / "model.safetensors.index.json";
+    nlohmann::json j = nlohmann::json::parse(std::ifstream(index));
+    j["weight_map"]["model.layers.0.self_attn.k_scale"] = "kv_scales.safetensors";
+    j["weight_map"]["model.layers.0.self_attn.v_scale"] = "kv_scales.safetensors";
+    std::ofstream(index) << j.dump();
+  };
+  add_scales(0.5f, 2.0f);
+  const KvCacheFormat f = make_kv_cache_format("fp8", Checkpoint(dir.string()), 2);
+  EXPECT_EQ(f.dtype, DType::F8E4M3);
+  EXPECT_EQ(f.k_scale, (std::vector<float>{0.5f, 1.0f}));
+  EXPECT_EQ(f.v_scale, (std::vector<float>{2.0f, 1.0f}));
+  const KvCacheFormat b = make_kv_cache_format("auto", Checkpoint(dir.string()), 2);
+  EXPECT_EQ(b.dtype, DType::BF16);
+  EXPECT_EQ(b.k_scale, (std::vector<float>{1.0f, 1.0f}));
+  // The engine runs on the scaled cache and stays close to bf16.
+  const Agreement a = compare(dir.string(), test::tiny_config(dir.string()), 4, 20, 16);
+  report("tiny, k/v scales 0.5/2 in layer 0", a);
+  EXPECT_GT(a.max_logit, 0.0);
+  EXPECT_LT(a.max_logit, 0.05 * a.logit_range);
+  add_scales(-1.0f, 2.0f);
+  try {
+    make_kv_cache_format("fp8", Checkpoint(dir.string()), 2);
+    ADD_FAILURE() << "a negative k_scale accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'model.layers.0.self_attn.k_scale' is -1; it must be "
+                                         "positive and finite"),
               std::string::npos) << e.what();
   }
 }
