@@ -147,6 +147,7 @@ void Qwen3Model::mlp(int layer, Tensor hidden) {
   backend_.linear(gate_up, hidden, l.gate_up_proj, nullptr);
   backend_.silu_and_mul(act, gate_up);
   backend_.linear(hidden, act, l.down_proj, nullptr);
+  backend_.all_reduce(hidden);  // tensor parallel: sum the ranks' partial products
 }
 
 }  // namespace nanovllm
