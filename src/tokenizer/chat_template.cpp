@@ -45,7 +45,7 @@ std::string ChatTemplate::render(const nlohmann::ordered_json& messages, const n
   set("tools", jinja::from_json(tools));
   set("documents", jinja::Value(jinja::None{}));
   set("add_generation_prompt", jinja::Value(add_generation_prompt));
-  return jinja::render(program_->body, std::move(vars));
+  return jinja::render(program_->body, std::move(vars), limits_);
 }
 
 namespace {

@@ -11,6 +11,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tokenizer/render_limits.h"
+
 namespace nanovllm {
 
 namespace jinja {
@@ -36,12 +38,17 @@ class ChatTemplate {
   std::string render(const nlohmann::ordered_json& messages, const nlohmann::ordered_json& tools,
                      bool add_generation_prompt, const nlohmann::ordered_json& extra_kwargs) const;
 
+  // Bounds on each render (render_limits.h); the defaults suit every real chat template.
+  void set_limits(const RenderLimits& limits) { limits_ = limits; }
+  const RenderLimits& limits() const { return limits_; }
+
   const std::string& source() const { return source_; }
   const std::string& bos_token() const { return bos_token_; }
   const std::string& eos_token() const { return eos_token_; }
 
  private:
   std::string source_, bos_token_, eos_token_;
+  RenderLimits limits_;
   std::shared_ptr<const jinja::Program> program_;
 };
 

@@ -150,9 +150,11 @@ Value call(const Value& fn, Args args) {
 
 void check_args(const Args& args, const char* what, size_t max_pos, std::initializer_list<const char*> kw_names) {
   if (args.pos.size() > max_pos) fail("{}: takes at most {} positional arguments, got {}", what, max_pos, args.pos.size());
-  for (const auto& [k, v] : args.kw)
+  for (const auto& kv : args.kw) {
+    const std::string& k = kv.first;  // a plain reference: clang 14 cannot capture bindings
     if (std::none_of(kw_names.begin(), kw_names.end(), [&](const char* n) { return k == n; }))
       fail("{}: unexpected keyword argument '{}'", what, k);
+  }
 }
 
 std::string str_arg(const Value& v, const char* what) {

@@ -44,6 +44,9 @@ struct Expr {
   bool negated = false;           // Test
 
   Expr(Kind k, int l) : kind(k), line(l) {}
+  // Iterative: a left-leaning chain (`a ~ b ~ c ...`, `x|f|f|f ...`) as deep as the template is
+  // long must not overflow the stack when freed (jinja_parse_expr.cpp).
+  ~Expr();
 };
 
 struct Stmt;

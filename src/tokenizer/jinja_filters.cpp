@@ -65,6 +65,7 @@ Value f_tojson(const Value& v, const Args& a) {
   const Value none{None{}};
   opt.ensure_ascii = arg_or(a, 0, "ensure_ascii", Value(false)).truthy();
   const Value indent = arg_or(a, 1, "indent", none);
+  if (indent.is_integral() && indent.integral() > kMaxWidth) fail("tojson: indent {} is larger than {}", indent.integral(), kMaxWidth);
   if (indent.is_integral()) opt.indent = std::string(static_cast<size_t>(std::max<int64_t>(0, indent.integral())), ' ');
   else if (indent.is_string()) opt.indent = indent.str();
   else if (!indent.is_none()) fail("tojson: indent must be an integer or a string, not {}", indent.type_name());
@@ -262,6 +263,7 @@ Value f_escape(const Value& v, const Args& a) {
 Value f_indent(const Value& v, const Args& a) {
   check_args(a, "indent", 3, {"width", "first", "blank"});
   const Value width = arg_or(a, 0, "width", Value(int64_t{4}));
+  if (!width.is_string() && int_arg(width, "indent width") > kMaxWidth) fail("indent: width is larger than {}", kMaxWidth);
   std::string ind = width.is_string() ? width.str() : std::string(static_cast<size_t>(std::max<int64_t>(0, int_arg(width, "indent width"))), ' ');
   bool first = arg_or(a, 1, "first", Value(false)).truthy(), blank = arg_or(a, 2, "blank", Value(false)).truthy();
   if (!v.is_string()) fail("indent: expected a string, not {}", v.type_name());

@@ -9,6 +9,7 @@ namespace nanovllm::jinja {
 namespace {
 
 constexpr int kMaxCallDepth = 100;  // macro recursion limit (keeps the C++ stack small)
+constexpr int kMaxNamespaces = 4096;  // namespace() calls in one render
 
 // Variables of one scope; lookups fall through to the parent.
 struct Frame {
@@ -39,7 +40,8 @@ enum class Flow { Normal, Break, Continue };
 
 class Interpreter {
  public:
-  Interpreter(std::string* out, Frame* root) : out_(out), root_(root) {}
+  Interpreter(std::string* out, Frame* root, const RenderLimits& limits)
+      : out_(out), root_(root), limits_(limits) {}
 
   Flow exec(const Body& body, Frame& frame) {
     for (const auto& stmt : body) {
@@ -62,20 +64,48 @@ class Interpreter {
   Flow exec_one(const Stmt& s, Frame& frame);
   void exec_for(const Stmt& s, Frame& frame);
   void assign(const Target& t, Value v, Frame& frame);
+  bool reaches(const Value& v, const Dict* target, std::vector<const void*>& seen);
   Value make_macro(const Stmt& s);
-  Value eval(const Expr& e, Frame& frame);
+  Value eval(const Expr& e, Frame& frame);       // eval_node within the limits
+  Value eval_node(const Expr& e, Frame& frame);
   Value eval_compare(const Expr& e, Frame& frame);
   Args eval_args(const Expr& e, Frame& frame, size_t first);
 
+  // One step more and one level deeper for its lifetime; Error past the limits.
+  struct StepGuard {
+    Interpreter& in;
+    explicit StepGuard(Interpreter& i) : in(i) {
+      if (++in.steps_ > in.limits_.max_steps)
+        fail("the template ran more than {} steps (render limit max_steps)", in.limits_.max_steps);
+      if (++in.nesting_ > in.limits_.max_depth)
+        fail("the template nests deeper than {} levels (render limit max_depth)", in.limits_.max_depth);
+    }
+    ~StepGuard() { --in.nesting_; }
+  };
+  // Error when a string built by the render is longer than max_output_bytes.
+  void check_size(size_t bytes) const {
+    if (int64_t(bytes) > limits_.max_output_bytes)
+      fail("the template builds a string longer than {} bytes (render limit max_output_bytes)",
+           limits_.max_output_bytes);
+  }
+  void emit(const std::string& text) {
+    check_size(out_->size() + text.size());
+    *out_ += text;
+  }
+
   std::string* out_;
   Frame* root_;  // the template's top-level variables
-  int depth_ = 0;
+  const RenderLimits& limits_;
+  int depth_ = 0;    // macro calls in progress
+  int nesting_ = 0;  // exec_one / eval calls in progress
+  int64_t steps_ = 0;
 };
 
 Flow Interpreter::exec_one(const Stmt& s, Frame& frame) {
+  StepGuard guard(*this);
   switch (s.kind) {
-    case Stmt::Kind::Text: *out_ += s.text; return Flow::Normal;
-    case Stmt::Kind::Print: *out_ += py_str(eval(*s.expr, frame)); return Flow::Normal;
+    case Stmt::Kind::Text: emit(s.text); return Flow::Normal;
+    case Stmt::Kind::Print: emit(py_str(eval(*s.expr, frame))); return Flow::Normal;
     case Stmt::Kind::If:
       for (size_t i = 0; i < s.conds.size(); ++i)
         if (eval(*s.conds[i], frame).truthy()) return exec(s.bodies[i], frame);
@@ -100,11 +130,40 @@ Flow Interpreter::exec_one(const Stmt& s, Frame& frame) {
   return Flow::Normal;
 }
 
+// Whether `v` is or contains (through lists, dicts and namespaces) the namespace whose attributes
+// are `target`. `seen`: containers walked already (a value may share sublists); each counts a step.
+bool Interpreter::reaches(const Value& v, const Dict* target, std::vector<const void*>& seen) {
+  const void* id = v.is_list() ? static_cast<const void*>(&v.list())
+                   : v.is_dict() ? static_cast<const void*>(&v.dict())
+                   : v.is_namespace() ? static_cast<const void*>(&v.ns_attrs())
+                                      : nullptr;
+  if (!id) return false;
+  if (id == target) return true;
+  if (std::find(seen.begin(), seen.end(), id) != seen.end()) return false;
+  seen.push_back(id);
+  StepGuard guard(*this);
+  if (v.is_list()) {
+    for (const Value& x : v.list().items)
+      if (reaches(x, target, seen)) return true;
+    return false;
+  }
+  for (const auto& [k, x] : (v.is_dict() ? v.dict() : v.ns_attrs()).items)
+    if (reaches(x, target, seen)) return true;
+  return false;
+}
+
 void Interpreter::assign(const Target& t, Value v, Frame& frame) {
   if (!t.attr.empty()) {
     const Value* ns = frame.find(t.names[0]);
     if (!ns || !ns->is_namespace()) throw Error("cannot assign attribute on non-namespace object");
-    ns->ns_attrs().set(Value(t.attr), std::move(v));
+    Dict& attrs = ns->ns_attrs();
+    // A namespace is the one mutable object: it must not come to hold itself (str() of it would
+    // never end, and it would never be freed).
+    std::vector<const void*> seen;
+    if (reaches(v, &attrs, seen)) throw Error("a namespace cannot hold itself, directly or nested");
+    attrs.depth = std::max(attrs.depth, v.depth() + 1);
+    if (attrs.depth > kMaxValueDepth) fail("value nested deeper than {} levels", kMaxValueDepth);
+    attrs.set(Value(t.attr), std::move(v));
     return;
   }
   if (!t.is_tuple) {
@@ -130,6 +189,7 @@ void Interpreter::exec_for(const Stmt& s, Frame& frame) {
   }
   const int64_t n = static_cast<int64_t>(items.size());
   for (int64_t i = 0; i < n; ++i) {
+    StepGuard step(*this);  // an iteration is a step, even with an empty body
     Frame f{{}, &frame};
     Dict loop;
     auto put = [&](const char* k, Value v) { loop.items.emplace_back(Value(k), std::move(v)); };
@@ -202,6 +262,13 @@ Args Interpreter::eval_args(const Expr& e, Frame& frame, size_t first) {
 }
 
 Value Interpreter::eval(const Expr& e, Frame& frame) {
+  StepGuard guard(*this);
+  Value v = eval_node(e, frame);
+  if (v.is_string()) check_size(v.str().size());
+  return v;
+}
+
+Value Interpreter::eval_node(const Expr& e, Frame& frame) {
   using K = Expr::Kind;
   switch (e.kind) {
     case K::Const: return e.value;
@@ -306,32 +373,52 @@ Value Interpreter::eval_compare(const Expr& e, Frame& frame) {
   return Value(true);
 }
 
-void check_expr(const Expr& e) {
+// Expressions nested deeper than this are refused when the template is parsed (the parser
+// bounds its own recursion, but a chain such as `a ~ b ~ c ...` or `x|f|f ...` is built in a
+// loop, one level per link). Rendering them would nest as deep.
+constexpr int kMaxExprDepth = 400;
+
+void check_expr(const Expr& e, int depth) {
+  if (depth > kMaxExprDepth) fail_at(e.line, "expression nested deeper than {} levels", kMaxExprDepth);
   if (e.kind == Expr::Kind::Filter && !has_filter(e.name)) fail_at(e.line, "unsupported filter '{}'", e.name);
   if (e.kind == Expr::Kind::Test && !has_test(e.name)) fail_at(e.line, "unsupported test '{}'", e.name);
   for (const auto& a : e.args)
-    if (a) check_expr(*a);
-  for (const auto& [k, v] : e.kwargs) check_expr(*v);
+    if (a) check_expr(*a, depth + 1);
+  for (const auto& [k, v] : e.kwargs) check_expr(*v, depth + 1);
 }
 
 }  // namespace
 
 void check_names(const Body& program) {
   for (const auto& s : program) {
-    if (s->expr) check_expr(*s->expr);
+    if (s->expr) check_expr(*s->expr, 1);
     for (const auto& c : s->conds)
-      if (c) check_expr(*c);
+      if (c) check_expr(*c, 1);
     for (const auto& d : s->defaults)
-      if (d) check_expr(*d);
+      if (d) check_expr(*d, 1);
     for (const auto& b : s->bodies) check_names(b);
   }
 }
 
-std::string render(const Body& program, std::vector<std::pair<std::string, Value>> vars) {
+std::string render(const Body& program, std::vector<std::pair<std::string, Value>> vars,
+                   const RenderLimits& limits) {
+  // namespace(): at most kMaxNamespaces per render. Namespaces can be chained through their
+  // attributes from the inside out, past what assign's depth bookkeeping sees, and freeing a
+  // chain recurses once per link.
+  int namespaces = 0;
   Frame globals{make_globals(), nullptr};
+  for (auto& [name, v] : globals.vars)
+    if (name == "namespace") {
+      Value make = v;
+      v = Value(Callable{"namespace", [make, &namespaces](const Args& a) {
+                           if (++namespaces > kMaxNamespaces)
+                             fail("the template makes more than {} namespaces", kMaxNamespaces);
+                           return call(make, a);
+                         }});
+    }
   Frame root{std::move(vars), &globals};
   std::string out;
-  Interpreter interp(&out, &root);
+  Interpreter interp(&out, &root, limits);
   interp.exec(program, root);
   return out;
 }

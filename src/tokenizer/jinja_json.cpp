@@ -61,7 +61,12 @@ std::string json_key(const Value& k) {
   fail("tojson: keys must be str, int, float, bool or None, not {}", k.type_name());
 }
 
+// tojson output longer than this is refused (a value may share sublists, so its text can be
+// exponentially longer than the value).
+constexpr size_t kMaxJsonBytes = size_t{64} << 20;
+
 void dump(std::string& out, const Value& v, const JsonOptions& opt, int depth) {
+  if (out.size() > kMaxJsonBytes) fail("tojson: the text would be longer than {} bytes", kMaxJsonBytes);
   auto newline = [&](int d) {
     out += '\n';
     for (int i = 0; i < d; ++i) out += *opt.indent;
@@ -122,18 +127,30 @@ std::string to_json(const Value& v, const JsonOptions& opt) {
   return out;
 }
 
-Value from_json(const nlohmann::ordered_json& j) {
+namespace {
+
+Value from_json_at(const nlohmann::ordered_json& j, int depth);
+
+}  // namespace
+
+Value from_json(const nlohmann::ordered_json& j) { return from_json_at(j, 0); }
+
+namespace {
+
+// Checks the depth on the way down (the recursion must stop before the stack does).
+Value from_json_at(const nlohmann::ordered_json& j, int depth) {
+  if (depth > kMaxValueDepth) fail("value nested deeper than {} levels", kMaxValueDepth);
   switch (j.type()) {
     case nlohmann::ordered_json::value_t::object: {
       Dict d;
       d.items.reserve(j.size());
-      for (auto it = j.begin(); it != j.end(); ++it) d.items.emplace_back(Value(it.key()), from_json(it.value()));
+      for (auto it = j.begin(); it != j.end(); ++it) d.items.emplace_back(Value(it.key()), from_json_at(it.value(), depth + 1));
       return Value(std::move(d));
     }
     case nlohmann::ordered_json::value_t::array: {
       List l;
       l.items.reserve(j.size());
-      for (const auto& x : j) l.items.push_back(from_json(x));
+      for (const auto& x : j) l.items.push_back(from_json_at(x, depth + 1));
       return Value(std::move(l));
     }
     case nlohmann::ordered_json::value_t::string: return Value(j.get<std::string>());
@@ -148,5 +165,7 @@ Value from_json(const nlohmann::ordered_json& j) {
     default: return Value(None{});
   }
 }
+
+}  // namespace
 
 }  // namespace nanovllm::jinja

@@ -67,6 +67,7 @@ bool affix_match(const std::string& s, const Value& arg, bool prefix) {
 
 Value pad(const std::string& s, const Args& a, const std::string& how) {
   int64_t width = int_arg(a.pos.empty() ? Value() : a.pos[0], "width");
+  if (width > kMaxWidth) fail("{}: width {} is larger than {}", how, width, kMaxWidth);
   std::string fill = a.pos.size() > 1 ? str_arg(a.pos[1], "fillchar") : " ";
   int64_t n = static_cast<int64_t>(utf8_length(s));
   if (width <= n) return Value(s);

@@ -32,12 +32,12 @@ int64_t checked_mul(int64_t a, int64_t b) {
 Value repeat(const Value& seq, int64_t n) {
   if (n < 0) n = 0;
   if (seq.is_string()) {
-    if (seq.str().size() * static_cast<size_t>(n) > kMaxRepeatBytes) throw Error("string repetition too large");
+    if (n > 0 && seq.str().size() > kMaxRepeatBytes / static_cast<size_t>(n)) throw Error("string repetition too large");
     std::string out;
     for (int64_t i = 0; i < n; ++i) out += seq.str();
     return Value(std::move(out));
   }
-  if (seq.list().items.size() * static_cast<size_t>(n) > kMaxRepeatBytes / 16) throw Error("list repetition too large");
+  if (n > 0 && seq.list().items.size() > kMaxRepeatBytes / 16 / static_cast<size_t>(n)) throw Error("list repetition too large");
   List l;
   l.is_tuple = seq.list().is_tuple;
   for (int64_t i = 0; i < n; ++i) l.items.insert(l.items.end(), seq.list().items.begin(), seq.list().items.end());

@@ -1,6 +1,7 @@
 // Expressions, by precedence as in jinja2: conditional < or < and < not < comparison
 // < + - < ~ < * / // % < ** < unary - + < postfix (. [] ()) and filters/tests.
 #include <algorithm>
+#include <vector>
 
 #include "tokenizer/jinja_parser.h"
 
@@ -320,16 +321,19 @@ void Parser::parse_call_args(Expr& call) {
   expect_op(")");
 }
 
+// `x|f|g(a)|h`: a loop, not a recursion per link (a chain as long as the template must not
+// overflow the stack; check_names refuses it at kMaxExprDepth).
 ExprPtr Parser::parse_filter(ExprPtr node) {
-  const Token& bar = next();  // '|'
-  auto e = make(Expr::Kind::Filter, bar.line);
-  e->name = expect_name().text;
-  while (skip_op(".")) e->name += "." + expect_name().text;
-  e->args.push_back(std::move(node));
-  if (is_op("(")) parse_call_args(*e);
-  ExprPtr out = std::move(e);
-  while (is_op("|")) out = parse_filter(std::move(out));
-  return out;
+  do {
+    const Token& bar = next();  // '|'
+    auto e = make(Expr::Kind::Filter, bar.line);
+    e->name = expect_name().text;
+    while (skip_op(".")) e->name += "." + expect_name().text;
+    e->args.push_back(std::move(node));
+    if (is_op("(")) parse_call_args(*e);
+    node = std::move(e);
+  } while (is_op("|"));
+  return node;
 }
 
 ExprPtr Parser::parse_test(ExprPtr node) {
@@ -348,6 +352,23 @@ ExprPtr Parser::parse_test(ExprPtr node) {
     e->args.push_back(parse_postfix(parse_primary()));
   }
   return e;
+}
+
+Expr::~Expr() {
+  // Children are detached into a worklist, so each is freed with no children of its own.
+  std::vector<ExprPtr> pending;
+  auto detach = [&pending](Expr& e) {
+    for (auto& a : e.args)
+      if (a) pending.push_back(std::move(a));
+    for (auto& kv : e.kwargs)
+      if (kv.second) pending.push_back(std::move(kv.second));
+  };
+  detach(*this);
+  while (!pending.empty()) {
+    ExprPtr e = std::move(pending.back());
+    pending.pop_back();
+    detach(*e);
+  }
 }
 
 }  // namespace nanovllm::jinja

@@ -11,6 +11,38 @@
 
 namespace nanovllm::jinja {
 
+namespace {
+
+void check_depth(int depth) {
+  if (depth > kMaxValueDepth) fail("value nested deeper than {} levels", kMaxValueDepth);
+}
+
+}  // namespace
+
+Value::Value(List l) {
+  int d = 0;
+  for (const Value& v : l.items) d = std::max(d, v.depth());
+  l.depth = d + 1;
+  check_depth(l.depth);
+  v_ = std::make_shared<const List>(std::move(l));
+}
+
+Value::Value(Dict d) {
+  int m = 0;
+  for (const auto& [k, v] : d.items) m = std::max({m, k.depth(), v.depth()});
+  d.depth = m + 1;
+  check_depth(d.depth);
+  v_ = std::make_shared<const Dict>(std::move(d));
+}
+
+int Value::depth() const {
+  if (is_list()) return list().depth;
+  if (is_dict()) return dict().depth;
+  if (is_namespace()) return ns_attrs().depth;
+  return 0;
+}
+
+
 // ---- containers ----
 
 const Value* Dict::find(const Value& key) const {
@@ -278,7 +310,14 @@ std::string repr_string(const std::string& s) {
 
 }  // namespace
 
+// repr() text longer than this is refused (a value may share sublists, so its text can be
+// exponentially longer than the value).
+constexpr size_t kMaxReprBytes = size_t{64} << 20;
+
 std::string py_repr(const Value& v) {
+  auto bounded = [](std::string& out) {
+    if (out.size() > kMaxReprBytes) fail("repr: the text would be longer than {} bytes", kMaxReprBytes);
+  };
   if (v.is_string()) return repr_string(v.str());
   if (v.is_list()) {
     const auto& l = v.list();
@@ -286,6 +325,7 @@ std::string py_repr(const Value& v) {
     for (size_t i = 0; i < l.items.size(); ++i) {
       if (i) out += ", ";
       out += py_repr(l.items[i]);
+      bounded(out);
     }
     if (l.is_tuple && l.items.size() == 1) out += ",";
     return out + (l.is_tuple ? ")" : "]");
@@ -296,6 +336,7 @@ std::string py_repr(const Value& v) {
     for (size_t i = 0; i < d.items.size(); ++i) {
       if (i) out += ", ";
       out += py_repr(d.items[i].first) + ": " + py_repr(d.items[i].second);
+      bounded(out);
     }
     out += "}";
     return v.is_dict() ? out : "<Namespace " + out + ">";

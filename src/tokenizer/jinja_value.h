@@ -23,7 +23,14 @@ class Value;
 struct List {
   std::vector<Value> items;
   bool is_tuple = false;
+  int depth = 1;  // nesting (set by Value(List)): 1 + the deepest item's
 };
+
+// Lists, dicts and namespaces nest at most this deep (Error otherwise): everything that walks a
+// value (str, ==, tojson, freeing it) recurses once per level.
+constexpr int kMaxValueDepth = 256;
+// Padding and indentation widths (center, ljust, rjust, indent, tojson indent) at most.
+constexpr int64_t kMaxWidth = int64_t{1} << 20;
 
 // An insertion-ordered dict (Python 3.7+ order) with any hashable-ish keys (str, int, ...).
 // Also the attribute store of a `namespace()`, the one mutable object a template can make.
@@ -34,6 +41,7 @@ struct Dict {
   const Value* find(const std::string& key) const { return find(std::string_view(key)); }
   const Value* find(const char* key) const { return find(std::string_view(key)); }
   void set(const Value& key, Value v);
+  int depth = 1;  // nesting (set by Value(Dict); for a namespace's attrs, by assign_attr)
 };
 
 // Positional and keyword arguments of a call; `line` is the template line of the call.
@@ -72,8 +80,8 @@ class Value {
   Value(double d) : v_(d) {}
   Value(std::string s) : v_(std::make_shared<const std::string>(std::move(s))) {}
   Value(const char* s) : Value(std::string(s)) {}
-  Value(List l) : v_(std::make_shared<const List>(std::move(l))) {}
-  Value(Dict d) : v_(std::make_shared<const Dict>(std::move(d))) {}
+  Value(List l);  // Error when nested deeper than kMaxValueDepth
+  Value(Dict d);
   Value(Namespace n) : v_(std::move(n)) {}
   Value(Callable c) : v_(std::make_shared<const Callable>(std::move(c))) {}
   static Value undefined(std::string hint) { Value v; v.v_ = Undefined{std::move(hint)}; return v; }
@@ -108,6 +116,8 @@ class Value {
   // Python's type name: "str", "int", "dict", ... (for error messages).
   std::string type_name() const;
   bool truthy() const;
+  // Nesting depth: 0 for scalars, 1 + the deepest element for lists, dicts and namespaces.
+  int depth() const;
 
  private:
   Storage v_;

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets of tests/fuzz/ with clang-14 (-fsanitize=fuzzer,address,undefined)
+# into build/fuzz/ and runs each for N seconds (default 30) on a working corpus seeded from
+# tests/fuzz/corpus/<target>/. Fails if any target finds a crash, a leak or a timeout; the input
+# is left in build/fuzz/<target>/crash-* (reproduce: build/fuzz/<target>_fuzz <file>).
+# Usage: scripts/fuzz.sh [seconds] [target...]   (targets: the *_fuzz.cpp names without _fuzz)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+seconds=${1:-30}
+shift || true
+out=build/fuzz
+mkdir -p "$out"
+cxx=clang++-14
+command -v "$cxx" >/dev/null || { echo "fuzz.sh: $cxx is missing: run scripts/install_deps.sh (clang-14 libclang-rt-14-dev)" >&2; exit 1; }
+launcher=""; command -v ccache >/dev/null && launcher=ccache
+targets=("$@")
+if [ ${#targets[@]} -eq 0 ]; then
+  for f in tests/fuzz/*_fuzz.cpp; do t=$(basename "$f" .cpp); targets+=("${t%_fuzz}"); done
+fi
+
+# The library sources the targets need (the parsers and what they include), built once.
+lib_sources=(src/tokenizer/*.cpp src/util/*.cpp src/model/hf_config.cpp src/model/safetensors.cpp
+             src/runtime/tensor.cpp)
+flags="-std=c++20 -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all -I$PWD/src -I$PWD/include $(pkg-config --cflags libpcre2-8 libutf8proc)"
+libs="-lfmt $(pkg-config --libs libpcre2-8 libutf8proc)"
+{
+  echo "cxxflags = $flags"
+  echo "rule cxx"
+  echo "  command = $launcher $cxx \$cxxflags -MMD -MF \$out.d -c \$in -o \$out"
+  echo "  depfile = \$out.d"
+  echo "  deps = gcc"
+  echo "rule link"
+  echo "  command = $cxx -fsanitize=fuzzer,address,undefined \$in -o \$out $libs"
+  objs=()
+  for s in "${lib_sources[@]}"; do
+    o="obj/${s%.cpp}.o"; objs+=("$o")
+    echo "build $o: cxx $PWD/$s"
+  done
+  for t in "${targets[@]}"; do
+    echo "build obj/${t}_fuzz.o: cxx $PWD/tests/fuzz/${t}_fuzz.cpp"
+    echo "build ${t}_fuzz: link obj/${t}_fuzz.o ${objs[*]}"
+  done
+} > "$out/build.ninja"
+ninja -C "$out" -j "$(nproc)" $(for t in "${targets[@]}"; do echo "${t}_fuzz"; done) >/dev/null
+
+status=0
+for t in "${targets[@]}"; do
+  work="$out/$t"
+  mkdir -p "$work/corpus"
+  [ -d "tests/fuzz/corpus/$t" ] && cp -n "tests/fuzz/corpus/$t"/* "$work/corpus/" 2>/dev/null || true
+  log="$work/fuzz.log"
+  echo "fuzz $t: ${seconds}s"
+  if ! (cd "$work" && "../${t}_fuzz" -max_total_time="$seconds" -max_len=8192 -timeout=10 \
+          -rss_limit_mb=2048 -print_final_stats=1 corpus > fuzz.log 2>&1); then
+    echo "fuzz $t: FAILED (see $log; inputs: $work/crash-*, leak-*, timeout-*)" >&2
+    tail -n 40 "$log" >&2
+    status=1
+  else
+    grep -E "stat::number_of_executed_units|stat::peak_rss_mb" "$log" | sed "s/^/  /"
+  fi
+done
+exit $status
