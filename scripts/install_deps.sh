@@ -9,6 +9,7 @@ packages=(build-essential cmake ninja-build pkg-config nlohmann-json3-dev libxxh
           libbenchmark-dev python3 python3-jinja2 nodejs npm
           libopenmpi-dev openmpi-bin  # src/distributed: the MPI communicator and its tests
           python3-dev pybind11-dev python3-pytest python3-pip python3-venv python3-setuptools  # python/
+          clang-14 libclang-rt-14-dev  # scripts/fuzz.sh: libFuzzer with ASan/UBSan
           libboost1.81-dev  # src/server: Boost.Beast/Asio (nanovllm serve, bench-serve)
           chromium)  # chromium: the chat page test (tests/server/chat_page_test.cpp)
 missing=()

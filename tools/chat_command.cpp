@@ -9,6 +9,7 @@
 
 #include "nanovllm/llm.h"
 #include "tokenizer/chat_template.h"
+#include "tools/cli_options.h"
 #include "tools/commands.h"
 #include "util/check.h"
 #include "util/file.h"
@@ -46,7 +47,6 @@ void add_chat(CLI::App& app, Commands& commands) {
     std::string message, messages_file, tools_file, enable_thinking, system;
     bool no_generation_prompt = false, print_prompt = false;
     SamplingParams params;
-    float temperature = 0.0f;
     uint64_t seed = 0;
   };
   auto a = std::make_shared<Args>();
@@ -60,10 +60,11 @@ void add_chat(CLI::App& app, Commands& commands) {
   cmd->add_option("--enable-thinking", a->enable_thinking, "true or false (unset: the template's default)")
       ->check(CLI::IsMember({"true", "false"}));
   cmd->add_flag("--print-prompt", a->print_prompt, "print the rendered prompt and exit");
-  auto* temp = cmd->add_option("--temperature", a->temperature, "0 = greedy (default: the model's)");
+  add_sampling_flags(*cmd, a->params);
   cmd->add_option("--max-tokens", a->params.max_tokens, "tokens per reply at most");
-  auto* seed = cmd->add_option("--seed", a->seed, "sampling seed");
-  on_run(cmd, commands, [a, temp, seed] {
+  auto* seed = cmd->add_option("--seed", a->seed, "sampling seed: the same seed gives the same replies")
+                   ->default_str("none: every run differs");
+  on_run(cmd, commands, [a, seed] {
     nlohmann::ordered_json messages = nlohmann::ordered_json::array();
     if (!a->messages_file.empty()) messages = read_json_file(a->messages_file, "--messages");
     if (!messages.is_array()) fail("--messages {}: expected a JSON array of messages", a->messages_file);
@@ -81,7 +82,6 @@ void add_chat(CLI::App& app, Commands& commands) {
       std::fwrite(prompt.data(), 1, prompt.size(), stdout);
       return 0;
     }
-    if (temp->count()) a->params.temperature = a->temperature;
     if (seed->count()) a->params.seed = a->seed;
     a->config.show_progress = false;
     LLM llm(a->config);
@@ -92,6 +92,7 @@ void add_chat(CLI::App& app, Commands& commands) {
     // The REPL: one user message per line; /reset forgets the conversation, /exit or EOF ends.
     const bool tty = isatty(STDIN_FILENO);
     std::string line;
+    bool failed = false;  // a failed turn: reported at once; the REPL goes on; exit status 1
     for (;;) {
       if (tty) std::fputs("> ", stdout), std::fflush(stdout);
       if (!std::getline(std::cin, line) || line == "/exit") break;
@@ -107,9 +108,10 @@ void add_chat(CLI::App& app, Commands& commands) {
       } catch (const Error& e) {
         messages.erase(messages.end() - 1);  // the engine keeps going; drop the failed turn
         std::fprintf(stderr, "error: %s\n", e.what());
+        failed = true;
       }
     }
-    return 0;
+    return failed ? 1 : 0;
   });
 }
 

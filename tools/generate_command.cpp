@@ -6,6 +6,7 @@
 
 #include "engine/llm_engine.h"
 #include "nanovllm/llm.h"
+#include "tools/cli_options.h"
 #include "tools/commands.h"
 #include "util/check.h"
 
@@ -45,7 +46,6 @@ void add_generate(CLI::App& app, Commands& commands) {
     std::vector<std::string> prompt_ids;
     std::vector<std::string> prompts;
     SamplingParams params;
-    float temperature = 1.0f;
     uint64_t seed = 0;
     bool json = false;
   };
@@ -55,17 +55,17 @@ void add_generate(CLI::App& app, Commands& commands) {
                               "a prompt as comma-separated token ids (repeatable)");
   auto* text = cmd->add_option("--prompt", a->prompts, "a text prompt (repeatable)");
   ids->excludes(text);
-  auto* temp = cmd->add_option("--temperature", a->temperature, "0 = greedy (default: the model's)");
+  add_sampling_flags(*cmd, a->params);
   cmd->add_option("--max-tokens", a->params.max_tokens, "tokens to generate at most");
   cmd->add_flag("--ignore-eos", a->params.ignore_eos, "do not stop at eos");
-  auto* seed = cmd->add_option("--seed", a->seed, "sampling seed (request i uses seed + i)");
+  auto* seed = cmd->add_option("--seed", a->seed, "sampling seed: the same seed gives the same tokens (prompt i uses seed + i)")
+                   ->default_str("none: every run differs");
   cmd->add_flag("--json", a->json, "print one JSON array on stdout");
-  on_run(cmd, commands, [a, temp, seed] {
+  on_run(cmd, commands, [a, seed] {
     if (a->prompt_ids.empty() && a->prompts.empty()) fail("generate: give --prompt or --prompt-ids");
     std::vector<std::vector<int32_t>> prompts;
     for (const std::string& p : a->prompt_ids) prompts.push_back(parse_token_ids(p));
     const size_t n = a->prompts.empty() ? prompts.size() : a->prompts.size();
-    if (temp->count()) a->params.temperature = a->temperature;
     std::vector<SamplingParams> params(n, a->params);
     if (seed->count()) {
       for (size_t i = 0; i < params.size(); ++i) params[i].seed = a->seed + i;
@@ -86,7 +86,9 @@ void add_generate(CLI::App& app, Commands& commands) {
       for (size_t i = 0; i < outs.size(); ++i) {
         std::printf("[%zu] finish_reason=%s", i, outs[i].finish_reason.c_str());
         if (llm.engine().tokenizer()) {
-          std::printf(" text: %s\n", outs[i].text.c_str());
+          std::printf(" text: %s", outs[i].text.c_str());
+          if (!outs[i].error.empty()) std::printf(" error: %s", outs[i].error.c_str());
+          std::printf("\n");
           continue;
         }
         std::printf(" tokens:");
@@ -95,7 +97,15 @@ void add_generate(CLI::App& app, Commands& commands) {
         std::printf("\n");
       }
     }
-    return 0;
+    // A request that failed is an error of the command: named on stderr, exit status 1 (the
+    // output above still shows every request, the failed ones with their error).
+    int failed = 0;
+    for (size_t i = 0; i < outs.size(); ++i)
+      if (outs[i].finish_reason == "error" || !outs[i].error.empty()) {
+        std::fprintf(stderr, "error: prompt %zu: %s\n", i, outs[i].error.c_str());
+        ++failed;
+      }
+    return failed ? 1 : 0;
   });
 }
 

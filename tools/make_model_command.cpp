@@ -27,15 +27,15 @@ void add_make_model(CLI::App& app, Commands& commands) {
   cmd->add_option("--preset", o->preset, "tiny, tiny-qwen2 or qwen3-0.6b");
   cmd->add_option("--seed", o->seed, "weights seed");
   cmd->add_option("--out", o->out, "output folder")->required();
-  cmd->add_option("--layers", o->layers);
-  cmd->add_option("--hidden", o->hidden);
-  cmd->add_option("--heads", o->heads);
-  cmd->add_option("--kv-heads", o->kv_heads);
-  cmd->add_option("--head-dim", o->head_dim);
-  cmd->add_option("--intermediate", o->intermediate);
-  cmd->add_option("--vocab", o->vocab);
-  cmd->add_option("--qkv-bias", o->qkv_bias, "true/false: q/k/v biases");
-  cmd->add_option("--tie-embeddings", o->tie_embeddings, "true/false");
+  cmd->add_option("--layers", o->layers, "decoder layers")->default_str("the preset's");
+  cmd->add_option("--hidden", o->hidden, "hidden size")->default_str("the preset's");
+  cmd->add_option("--heads", o->heads, "query heads")->default_str("the preset's");
+  cmd->add_option("--kv-heads", o->kv_heads, "key/value heads")->default_str("the preset's");
+  cmd->add_option("--head-dim", o->head_dim, "per-head dimension")->default_str("the preset's");
+  cmd->add_option("--intermediate", o->intermediate, "MLP intermediate size")->default_str("the preset's");
+  cmd->add_option("--vocab", o->vocab, "vocabulary size")->default_str("the preset's");
+  cmd->add_option("--qkv-bias", o->qkv_bias, "true/false: q/k/v biases")->default_str("the preset's");
+  cmd->add_option("--tie-embeddings", o->tie_embeddings, "true/false: lm_head shares the embedding table")->default_str("the preset's");
   cmd->add_option("--shards", o->shards, "split model.safetensors into this many shards");
   auto tokenizer = std::make_shared<std::string>("auto");
   cmd->add_option("--tokenizer", *tokenizer,
