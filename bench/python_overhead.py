@@ -7,10 +7,12 @@
 Both sides run the same workload (bench.py's, random.seed(0)) with the same engine flags and
 sampling (temperature 0.6, ignore_eos, top_k / top_p from generation_config.json as the CLI),
 each after the same warm-up; the figure is output tokens / wall seconds of the timed generate.
-The best round of each side is compared (this VM's figures move by ~10% between runs).
+The best and the median round of each side are compared (this shared VM's figures move by
+10% or more between runs).
 """
 import argparse
 import json
+import statistics
 import subprocess
 import time
 from random import randint, seed
@@ -78,6 +80,9 @@ def main():
           f"output tokens; model {a.model}")
     print(f"best: C++ {best_cpp:.1f} tok/s, Python {best_py:.1f} tok/s: Python / C++ = "
           f"{best_py / best_cpp:.4f} ({100 * (best_py / best_cpp - 1):+.2f}%)")
+    med_cpp, med_py = statistics.median(cpp), statistics.median(py)
+    print(f"median: C++ {med_cpp:.1f} tok/s, Python {med_py:.1f} tok/s: Python / C++ = "
+          f"{med_py / med_cpp:.4f} ({100 * (med_py / med_cpp - 1):+.2f}%)")
 
 
 if __name__ == "__main__":
