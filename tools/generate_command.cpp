@@ -81,7 +81,8 @@ void add_generate(CLI::App& app, Commands& commands) {
         if (!o.error.empty()) e["error"] = o.error;
         j.push_back(e);
       }
-      std::printf("%s\n", j.dump().c_str());
+      // Generated text may end inside a UTF-8 sequence: invalid bytes print as U+FFFD.
+      std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     } else {
       for (size_t i = 0; i < outs.size(); ++i) {
         std::printf("[%zu] finish_reason=%s", i, outs[i].finish_reason.c_str());

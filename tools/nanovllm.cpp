@@ -17,7 +17,7 @@ namespace {
 void report(int argc, char** argv, const char* prefix, const char* what) {
   bool json = false;
   for (int i = 1; i < argc; ++i) json = json || std::strcmp(argv[i], "--json") == 0;
-  if (json) std::fprintf(stderr, "%s\n", nlohmann::json{{"error", std::string(what)}}.dump().c_str());
+  if (json) std::fprintf(stderr, "%s\n", nlohmann::json{{"error", std::string(what)}}.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   else std::fprintf(stderr, "%s: %s\n", prefix, what);
 }
 
