@@ -2,7 +2,6 @@
 // engine, nor exhaust its memory, nor overflow its stack. Each bound gives an Error naming it.
 #include <gtest/gtest.h>
 
-#include <chrono>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -35,11 +34,10 @@ TEST(ChatTemplateLimits, StepsStopALongLoop) {
   small.max_steps = 10000;
   EXPECT_ERROR_HAS(error_of("{% for i in range(100000) %}{{ i }}{% endfor %}", small),
                    "more than 10000 steps (render limit max_steps)");
-  // With the defaults too: 10^10 iterations end with the Error within seconds.
-  const auto t0 = std::chrono::steady_clock::now();
+  // With the defaults too: 10^10 iterations end with the Error after max_steps (5M) steps, not
+  // after 10^10 (a hang would run into CTest's timeout; speed is not asserted here).
   EXPECT_ERROR_HAS(error_of("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"),
                    "render limit max_steps");
-  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 30.0);
   // Within the limit: renders.
   EXPECT_EQ(error_of("{% for i in range(100) %}{{ i }}{% endfor %}", small), "");
 }
