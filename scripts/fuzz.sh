@@ -20,7 +20,7 @@ fi
 
 # The library sources the targets need (the parsers and what they include), built once.
 lib_sources=(src/tokenizer/*.cpp src/util/*.cpp src/model/hf_config.cpp src/model/safetensors.cpp
-             src/runtime/tensor.cpp)
+             src/runtime/tensor.cpp src/server/openai_request.cpp)
 flags="-std=c++20 -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all -I$PWD/src -I$PWD/include $(pkg-config --cflags libpcre2-8 libutf8proc)"
 libs="-lfmt $(pkg-config --libs libpcre2-8 libutf8proc)"
 {
@@ -41,7 +41,11 @@ libs="-lfmt $(pkg-config --libs libpcre2-8 libutf8proc)"
     echo "build ${t}_fuzz: link obj/${t}_fuzz.o ${objs[*]}"
   done
 } > "$out/build.ninja"
-ninja -C "$out" -j "$(nproc)" $(for t in "${targets[@]}"; do echo "${t}_fuzz"; done) >/dev/null
+if ! ninja -C "$out" -j "$(nproc)" $(for t in "${targets[@]}"; do echo "${t}_fuzz"; done) > "$out/build.log" 2>&1; then
+  echo "fuzz.sh: building the fuzz targets failed:" >&2
+  grep -E "error|FAILED|undefined reference" "$out/build.log" | head -n 20 >&2
+  exit 1
+fi
 
 status=0
 for t in "${targets[@]}"; do
