@@ -64,13 +64,7 @@ class ShardLoader {
     return backend_.make_linear_weight(Tensor::contiguous(w.data(), DType::BF16, {n, k}, DeviceKind::CPU));
   }
 
-  Tensor vector(const std::vector<uint16_t>& v) {
-    Buffer buf = backend_.alloc(v.size() * 2);
-    Tensor t = buf.as(DType::BF16, {int64_t(v.size())});
-    backend_.upload(t, v.data());
-    w_.small.push_back(std::move(buf));
-    return t;
-  }
+  Tensor vector(const std::vector<uint16_t>& v) { return upload_small_bf16(backend_, w_, v); }
 
  private:
   const Checkpoint& ckpt_;

@@ -67,11 +67,7 @@ class Loader {
       std::vector<uint16_t> part = read(names[i], {sizes[i]});
       all.insert(all.end(), part.begin(), part.end());
     }
-    Buffer buf = backend_.alloc(all.size() * 2);
-    Tensor t = buf.as(DType::BF16, {int64_t(all.size())});
-    backend_.upload(t, all.data());
-    w_.small.push_back(std::move(buf));
-    return t;
+    return upload_small_bf16(backend_, w_, all);
   }
 
  private:
@@ -81,6 +77,14 @@ class Loader {
 };
 
 }  // namespace
+
+Tensor upload_small_bf16(Backend& backend, ModelWeights& w, const std::vector<uint16_t>& v) {
+  Buffer buf = backend.alloc(v.size() * 2);
+  Tensor t = buf.as(DType::BF16, {int64_t(v.size())});
+  backend.upload(t, v.data());
+  w.small.push_back(std::move(buf));
+  return t;
+}
 
 ModelWeights load_weights(const Checkpoint& checkpoint, const ModelConfig& c, Backend& backend) {
   ModelWeights w;

@@ -36,6 +36,9 @@ struct ModelWeights {
 // the config.
 ModelWeights load_weights(const Checkpoint& checkpoint, const ModelConfig& config, Backend& backend);
 
+// A small bf16 vector (norm weight, bias) on the device, its storage kept in w.small.
+Tensor upload_small_bf16(Backend& backend, ModelWeights& w, const std::vector<uint16_t>& v);
+
 // Tensor contents as bf16 bits (converted from f16/f32 where needed). Error for other dtypes.
 std::vector<uint16_t> to_bf16(const SafetensorsTensor& t, const std::string& file);
 
