@@ -22,7 +22,15 @@ void add_engine_flags(CLI::App& cmd, Config& c) {
   cmd.add_option("--gpu-memory-utilization", c.gpu_memory_utilization,
                  "CUDA: share of the GPU's memory the engine may use (weights, activations, KV)");
   cmd.add_flag("--enforce-eager", c.enforce_eager, "CUDA: no graphs, every step launched eagerly");
-  cmd.add_option("--threads", c.num_threads, "CPU threads (0: all cores)");
+  cmd.add_option("--threads", c.num_threads,
+                 "CPU threads of each rank (0: the cores, shared by the ranks on this machine)");
+  cmd.add_option("--tensor-parallel-size,--tp", c.tensor_parallel_size,
+                 "ranks the model is sharded over (threads of this process, or the mpirun job's "
+                 "processes with --distributed-backend mpi)");
+  cmd.add_option("--distributed-backend", c.distributed_backend,
+                 "threads (ranks in this process) or mpi (run under mpirun -np N: one rank per "
+                 "process, rank 0 prints)")
+      ->check(CLI::IsMember({"threads", "mpi"}));
 }
 
 }  // namespace nanovllm::cli

@@ -23,7 +23,13 @@ struct Config {
   std::string device = "cpu";           // "cpu" | "cuda"
   float gpu_memory_utilization = 0.9f;  // CUDA: share of the GPU's memory the engine may use
   bool enforce_eager = false;           // CUDA: no graphs, every decode step launched eagerly
-  int num_threads = 0;                  // CPU threads; 0 = all cores
+  int num_threads = 0;                  // CPU threads of each rank; 0 = the cores / the
+                                        // ranks on this machine
+  int tensor_parallel_size = 1;         // ranks the model is sharded over (heads, intermediate
+                                        // rows, vocab rows); > 1 runs on the CPU backend
+  std::string distributed_backend = "threads";  // "threads": the ranks are threads of this
+                                        // process; "mpi": one process per rank under mpirun
+                                        // (tensor_parallel_size = the job's size)
   bool show_progress = true;            // progress bar on a terminal (LLM::generate)
 };
 

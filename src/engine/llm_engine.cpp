@@ -4,6 +4,7 @@
 #include <cmath>
 #include <filesystem>
 
+#include "model/tp_shard.h"
 #include "runtime/sampling_rng.h"
 
 namespace nanovllm {
@@ -31,6 +32,13 @@ void validate_config(const Config& c) {
   if (c.num_threads < 0) fail("threads must be >= 0, got {}", c.num_threads);
   if (c.kv_cache_dtype != "auto" && c.kv_cache_dtype != "bf16" && c.kv_cache_dtype != "fp8")
     fail("kv_cache_dtype must be auto, bf16 or fp8, got '{}'", c.kv_cache_dtype);
+  if (c.tensor_parallel_size < 1 || c.tensor_parallel_size > 64)
+    fail("tensor_parallel_size must be in [1, 64], got {}", c.tensor_parallel_size);
+  if (c.distributed_backend != "threads" && c.distributed_backend != "mpi")
+    fail("distributed_backend must be threads or mpi, got '{}'", c.distributed_backend);
+  if ((c.tensor_parallel_size > 1 || c.distributed_backend == "mpi") && c.device != "cpu")
+    fail("tensor parallelism runs on the CPU backend so far (device {}, tensor_parallel_size {})",
+         c.device, c.tensor_parallel_size);
   if (c.kv_cache_dtype == "fp8" && c.device == "cuda")
     fail("kv_cache_dtype fp8 is not implemented on cuda yet (use --kv-cache-dtype bf16 there)");
 }
@@ -54,9 +62,23 @@ LLMEngine::LLMEngine(const Config& config, std::unique_ptr<Backend> backend,
   }
   const std::string tokenizer_path = (std::filesystem::path(config_.model) / "tokenizer.json").string();
   if (std::filesystem::exists(tokenizer_path)) tokenizer_ = Tokenizer::from_file(tokenizer_path);
-  backend_ = backend ? std::move(backend)
-                     : make_backend({.device = config_.device, .num_threads = config_.num_threads});
-  model_runner_ = std::make_unique<ModelRunner>(config_, model_config_, *backend_, runner_options);
+  int threads = config_.num_threads;
+  if (config_.tensor_parallel_size > 1 || config_.distributed_backend == "mpi") {
+    if (config_.distributed_backend == "threads") shard_config(model_config_, config_.tensor_parallel_size);  // Error before any rank starts
+    tp_group_ = TpGroup::start(config_, model_config_, runner_options);
+    config_.tensor_parallel_size = tp_group_->world_size();
+    threads = tp_group_->threads_per_rank();
+  }
+  backend_ = backend ? std::move(backend) : make_backend({.device = config_.device, .num_threads = threads});
+  try {
+    model_runner_ = std::make_unique<ModelRunner>(config_, model_config_, *backend_, runner_options,
+                                                  tp_group_ ? &tp_group_->comm() : nullptr);
+  } catch (const std::exception& e) {
+    // The other ranks may be waiting in a collective for this one: fail the group, so that they
+    // stop (tp_group_'s destructor then joins them).
+    if (tp_group_) tp_group_->comm().abort(fmt::format("rank 0 failed to start: {}", e.what()));
+    throw;
+  }
   SchedulerConfig sc;
   sc.max_num_seqs = config_.max_num_seqs;
   sc.max_num_batched_tokens = config_.max_num_batched_tokens;
@@ -69,7 +91,9 @@ LLMEngine::LLMEngine(const Config& config, std::unique_ptr<Backend> backend,
   scheduler_ = std::make_unique<Scheduler>(sc);
 }
 
-LLMEngine::~LLMEngine() = default;
+LLMEngine::~LLMEngine() {
+  if (tp_group_) tp_group_->shutdown();  // the other ranks leave their loops and are joined
+}
 
 const Tokenizer& LLMEngine::require_tokenizer() const {
   if (!tokenizer_) fail("{}: no tokenizer.json, so text prompts cannot be encoded (give token ids)", config_.model);

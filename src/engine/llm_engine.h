@@ -8,6 +8,7 @@
 #include "backend/backend.h"
 #include "engine/model_runner.h"
 #include "engine/scheduler.h"
+#include "engine/tp_group.h"
 #include "engine/sequence.h"
 #include "model/hf_config.h"
 #include "nanovllm/config.h"
@@ -33,6 +34,9 @@ class LLMEngine {
   static constexpr int kMaxSamples = 1024;  // SamplingParams::n
   static constexpr int kMaxLogprobs = 20;   // SamplingParams::logprobs (vLLM's max_logprobs)
   explicit LLMEngine(const Config& config);  // throws Error for a bad model folder or config
+  // With tensor_parallel_size > 1 (or distributed_backend "mpi") this object is rank 0 of a
+  // tensor-parallel group (engine/tp_group.h); under mpirun, on the other ranks this constructor
+  // serves rank 0 and then ends the process.
   // The same on a given backend (tests wrap one to inject faults or fake graphs).
   LLMEngine(const Config& config, std::unique_ptr<Backend> backend,
             const RunnerOptions& runner_options = {});
@@ -82,6 +86,8 @@ class LLMEngine {
   ModelConfig model_config_;
   GenerationConfig generation_config_;
   std::vector<int> eos_token_ids_;
+  // Tensor parallel: the other ranks (destroyed after the runner and backend of rank 0).
+  std::unique_ptr<TpGroup> tp_group_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<ModelRunner> model_runner_;
   std::unique_ptr<Scheduler> scheduler_;

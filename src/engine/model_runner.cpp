@@ -3,8 +3,12 @@
 #include <algorithm>
 #include <string>
 
+#include <cstring>
+
 #include "engine/sampling_batch_fill.h"
+#include "engine/tp_control.h"
 #include "model/safetensors.h"
+#include "model/tp_shard.h"
 #include "model/weights.h"
 
 namespace nanovllm {
@@ -43,12 +47,15 @@ int64_t default_kv_cache_bytes(DeviceKind device, const DeviceMemory& memory,
 }
 
 ModelRunner::ModelRunner(const Config& config, const ModelConfig& model_config, Backend& backend,
-                         const RunnerOptions& options)
-    : config_(config), model_config_(model_config), backend_(backend), options_(options) {
-  Checkpoint checkpoint(config.model);
-  kv_format_ = make_kv_cache_format(config.kv_cache_dtype, checkpoint, model_config.num_hidden_layers);
-  model_ = std::make_unique<Qwen3Model>(model_config, load_weights(checkpoint, model_config, backend),
-                                        backend, config.max_model_len);
+                         const RunnerOptions& options, Communicator* comm)
+    : config_(config),
+      model_config_(model_config),
+      vocab_size_(model_config.vocab_size),
+      backend_(backend),
+      options_(options),
+      comm_(comm != nullptr && comm->world_size() > 1 ? comm : nullptr),
+      tp_(comm_ ? comm_->world_size() : 1) {
+  load_model(config, model_config);
   max_tokens_ = std::max(config.max_num_batched_tokens, config.max_num_seqs);
   max_num_blocks_per_seq_ = (config.max_model_len + config.block_size - 1) / config.block_size + 1;
   model_->reserve(max_tokens_, config.max_num_seqs);
@@ -57,7 +64,22 @@ ModelRunner::ModelRunner(const Config& config, const ModelConfig& model_config, 
   pad_decode_ = options.pad_decode.value_or(false);
   if (options.warmup.value_or(backend.device() != DeviceKind::CPU)) warmup_model();
   allocate_kv_cache();
-  if (!config.enforce_eager) capture_graphs();
+  if (!config.enforce_eager && tp_ == 1) capture_graphs();
+}
+
+void ModelRunner::load_model(const Config& config, const ModelConfig& model_config) {
+  if (tp_ > 1) {
+    if (backend_.device() != DeviceKind::CPU) {
+      fail("tensor parallelism runs on the CPU backend so far (--device {})", config.device);
+    }
+    model_config_ = shard_config(model_config, tp_);  // Error before any weight is read
+  }
+  Checkpoint checkpoint(config.model);
+  kv_format_ = make_kv_cache_format(config.kv_cache_dtype, checkpoint, model_config.num_hidden_layers);
+  ModelWeights weights = tp_ > 1 ? load_weights_shard(checkpoint, model_config, {comm_->rank(), tp_}, backend_)
+                                 : load_weights(checkpoint, model_config, backend_);
+  model_ = std::make_unique<Qwen3Model>(model_config_, std::move(weights), backend_, config.max_model_len);
+  if (tp_ > 1) backend_.set_communicator(comm_);
 }
 
 size_t ModelRunner::kv_block_bytes() const {
@@ -218,7 +240,7 @@ void ModelRunner::prepare_sample(const std::vector<Sequence*>& seqs) {
   fill_sampling_batch(b.sampling, seqs);  // penalties, logit_bias, min_tokens, logprobs
 }
 
-void ModelRunner::upload() {
+void ModelRunner::upload(bool sampling) {
   const HostBatch& h = host_;
   const Metadata& m = metadata_;
   ForwardBatch& b = batch_;
@@ -238,6 +260,7 @@ void ModelRunner::upload() {
   b.context_lens = upload_rows(backend_, m.context_lens, h.context_lens, B);
   b.block_tables = upload_rows(backend_, m.block_tables, h.block_tables, B);
   b.last_token_indices = upload_rows(backend_, m.last_token_indices, h.last_token_indices, B);
+  if (!sampling) return;
   b.temperatures = upload_rows(backend_, m.temperatures, h.temperatures, B);
   b.top_k = upload_rows(backend_, m.top_k, h.top_k, B);
   b.top_p = upload_rows(backend_, m.top_p, h.top_p, B);
@@ -247,11 +270,15 @@ void ModelRunner::upload() {
 
 std::vector<int32_t> ModelRunner::execute(const std::vector<LayerKVCache>& kv_cache,
                                           int num_sampled) {
-  Tensor logits;  // f32 [num_seqs, V]
+  Tensor logits;  // f32 [num_seqs, V] (tensor parallel: [num_seqs, V/tp])
   if (!batch_.is_prefill && graphs_.has(batch_.num_seqs)) {
     logits = graphs_.replay(batch_.num_seqs);
   } else {
     logits = model_->forward(batch_, kv_cache);
+  }
+  if (tp_ > 1) {
+    logits = gather_logits(logits, batch_.num_seqs);
+    if (comm_->rank() != 0) return {};  // rank 0 alone samples
   }
   last_logits_ = logits.slice_rows(0, num_sampled);  // padded lanes dropped
   Tensor sampled = sampled_buf_.as(DType::I32, {num_sampled});
@@ -259,6 +286,31 @@ std::vector<int32_t> ModelRunner::execute(const std::vector<LayerKVCache>& kv_ca
   std::vector<int32_t> token_ids(static_cast<size_t>(num_sampled));
   backend_.download(token_ids.data(), sampled);
   return token_ids;
+}
+
+// Rank r's logits are the vocab ids [r V/tp, (r+1) V/tp). The CPU backend's tensors are host
+// memory, which the threads and mpi communicators move directly.
+Tensor ModelRunner::gather_logits(Tensor local, int n) {
+  const int64_t vl = model_config_.vocab_size, chunk = int64_t(n) * vl;
+  const bool root = comm_->rank() == 0;
+  const size_t gathered_bytes = size_t(root ? tp_ * chunk : 1) * sizeof(float);
+  if (gathered_buf_.bytes() < gathered_bytes) gathered_buf_ = backend_.alloc(gathered_bytes);
+  Tensor gathered = gathered_buf_.as(DType::F32, {root ? tp_ * chunk : 1});
+  comm_->gather(local.slice_rows(0, n).view({chunk}), gathered, 0,
+                std::vector<int64_t>(size_t(tp_), chunk));
+  if (!root) return {};
+  // [tp, n, V/tp] -> [n, V]
+  const size_t full_bytes = size_t(n) * size_t(vocab_size_) * sizeof(float);
+  if (full_logits_buf_.bytes() < full_bytes) full_logits_buf_ = backend_.alloc(full_bytes);
+  Tensor full = full_logits_buf_.as(DType::F32, {int64_t(n), int64_t(vocab_size_)});
+  const float* src = static_cast<const float*>(gathered.data);
+  float* dst = static_cast<float*>(full.data);
+  for (int64_t r = 0; r < tp_; ++r) {
+    for (int64_t b = 0; b < n; ++b) {
+      std::memcpy(dst + b * vocab_size_ + r * vl, src + (r * n + b) * vl, size_t(vl) * sizeof(float));
+    }
+  }
+  return full;
 }
 
 std::vector<int32_t> ModelRunner::run(const std::vector<Sequence*>& seqs, bool is_prefill,
@@ -270,8 +322,29 @@ std::vector<int32_t> ModelRunner::run(const std::vector<Sequence*>& seqs, bool i
   } else {
     prepare_decode(seqs, pad_decode_ ? bucket_for(buckets_, n) : n);
   }
-  upload();
-  return execute(kv_cache_, n);
+  if (tp_ == 1) {
+    upload();
+    return execute(kv_cache_, n);
+  }
+  send_command(*comm_, TpCommand::kStep);
+  try {
+    broadcast_batch(*comm_, host_);
+    upload();
+    return execute(kv_cache_, n);
+  } catch (const std::exception& e) {
+    // The other ranks may be inside this step's collectives: the group cannot go on.
+    comm_->abort(fmt::format("rank 0 failed a step: {}", e.what()));
+    throw;
+  }
+}
+
+void ModelRunner::serve_worker() {
+  NV_CHECK(tp_ > 1 && comm_->rank() != 0, "serve_worker on rank 0 or without a group");
+  while (wait_command(*comm_) == TpCommand::kStep) {
+    broadcast_batch(*comm_, host_);
+    upload(/*sampling=*/false);
+    execute(kv_cache_, host_.num_seqs());
+  }
 }
 
 }  // namespace nanovllm

@@ -9,12 +9,22 @@
 // (where the device has lazily allocated state to measure), size and allocate the KV cache from
 // what is left, then capture the decode graphs (when the backend has them and !enforce_eager).
 // Decode batches are padded to a graph bucket when graphs are used (or when asked, for tests).
+//
+// Tensor parallelism (a communicator of world size > 1): this runner holds one rank's shard
+// (model/tp_shard.h) and a KV cache of its share of the KV heads, with a block count every rank
+// agrees on (all-reduce MIN). Rank 0's run() sends the step to the other ranks (tp_control.h),
+// every rank runs the forward pass, rank 0 gathers the vocab-parallel logits and samples; the
+// other ranks run serve_worker(). No graphs are captured then. A step that fails on any rank
+// after the other ranks were told to run it fails the whole group (the engine then ends every
+// request with the error), since the ranks can no longer be kept in step.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <vector>
 
 #include "backend/backend.h"
+#include "distributed/communicator.h"
 #include "engine/graph_runner.h"
 #include "engine/kv_cache_format.h"
 #include "engine/sequence.h"
@@ -31,6 +41,9 @@ struct RunnerOptions {
   // Run the start-up warm-up forwards. Default: on every device but the CPU (the CPU has no lazily
   // allocated device state, and a max_num_batched_tokens prefill there would take long).
   std::optional<bool> warmup;
+  // Tensor parallel (threads): makes rank r's backend, r >= 1 (tests inject faults with it).
+  // Default: make_backend with the group's threads per rank and device_index r.
+  std::function<std::unique_ptr<Backend>(int rank)> rank_backend;
 };
 
 // KV cache bytes when Config::kv_cache_memory is 0, from the device's memory after the weights,
@@ -46,15 +59,22 @@ class ModelRunner {
  public:
   // Loads the weights of config.model onto the backend, reserves every buffer, warms up,
   // allocates the KV cache and captures the decode graphs. Throws Error when the cache cannot
-  // hold one max_model_len sequence.
+  // hold one max_model_len sequence. model_config is the whole model's; with a communicator of
+  // world size > 1 this runner loads rank comm->rank()'s shard of it (Error naming a shape that
+  // does not divide, before any weight is read).
   ModelRunner(const Config& config, const ModelConfig& model_config, Backend& backend,
-              const RunnerOptions& options = {});
+              const RunnerOptions& options = {}, Communicator* comm = nullptr);
 
   // One step over seqs (as scheduled: prefill chunks or one decode token each). Returns one
   // sampled token per seq (meaningless for a prefill chunk that does not end its prompt).
   // A mixed step: is_prefill with the first num_decode_seqs seqs decodes (one token each).
   std::vector<int32_t> run(const std::vector<Sequence*>& seqs, bool is_prefill,
                            int num_decode_seqs = 0);
+
+  // Ranks other than 0 of a tensor-parallel group: run the steps rank 0 sends until it says
+  // exit (nano-vllm's ModelRunner.loop). Throws what fails (the group is failed with it).
+  void serve_worker();
+  int tensor_parallel_size() const { return tp_; }
 
   // Logits f32 [num_seqs, V] of the last run, on the device (valid until the next run).
   Tensor last_logits() const { return last_logits_; }
@@ -88,21 +108,30 @@ class ModelRunner {
   };
 
   void allocate_metadata();
-  void upload();  // host_ -> the metadata buffer; batch_ = views of the step's sizes
+  // host_ -> the metadata buffer; batch_ = views of the step's sizes (with `sampling`: also the
+  // sampling fields, which only a rank that samples has)
+  void upload(bool sampling = true);
   void prepare_block_tables(const std::vector<Sequence*>& seqs);
   void prepare_sample(const std::vector<Sequence*>& seqs);
   void append_padding_lane();
   // Forward over batch_ (replaying a graph when one matches) and sampling of the first
   // `num_sampled` rows into the returned ids.
   std::vector<int32_t> execute(const std::vector<LayerKVCache>& kv_cache, int num_sampled);
+  // Tensor parallel: gathers the ranks' logits f32 [n, V/tp] into [n, V] on rank 0 (returned;
+  // an empty tensor elsewhere).
+  Tensor gather_logits(Tensor local, int n);
+  void load_model(const Config& config, const ModelConfig& model_config);
   void warmup_model();
   void allocate_kv_cache();
   void capture_graphs();
 
   Config config_;
-  ModelConfig model_config_;
+  ModelConfig model_config_;  // what this rank runs: its share of heads, rows and vocab
+  int vocab_size_ = 0;         // the whole model's
   Backend& backend_;
   RunnerOptions options_;
+  Communicator* comm_ = nullptr;  // tensor parallel: this rank's; nullptr: one rank
+  int tp_ = 1;
   std::unique_ptr<Qwen3Model> model_;
   int max_tokens_ = 0;              // tokens of the largest step
   int max_num_blocks_per_seq_ = 0;  // block table width
@@ -119,6 +148,7 @@ class ModelRunner {
   ForwardBatch batch_;
   Buffer sampled_buf_;                 // i32 [max_num_seqs]
   Tensor last_logits_;
+  Buffer gathered_buf_, full_logits_buf_;  // tensor parallel, rank 0: [tp, B, V/tp], [B, V]
 };
 
 }  // namespace nanovllm

@@ -99,7 +99,15 @@ void ModelRunner::allocate_kv_cache() {
                                config_.gpu_memory_utilization, mem.total_bytes,
                                mem.total_bytes - mem.free_bytes);
   }
-  num_blocks_ = int(std::min<int64_t>(budget / block_bytes, 1 << 30));
+  // Tensor parallel: the budget is the engine's, shared by its ranks (each holds 1/tp of the KV
+  // heads), and every rank takes the smallest count any rank can hold.
+  if (tp_ > 1) {
+    budget /= tp_;
+    source += fmt::format(", split over {} ranks", tp_);
+  }
+  int64_t blocks = std::min<int64_t>(budget / block_bytes, 1 << 30);
+  if (tp_ > 1) comm_->all_reduce(Tensor::contiguous(&blocks, DType::I64, {1}), ReduceOp::Min);
+  num_blocks_ = int(blocks);
   // One sequence at its longest holds KV for max_model_len - 1 tokens (the last sampled token is
   // never computed), as Scheduler::add counts.
   const int bs = config_.block_size;

@@ -5,13 +5,15 @@
 // MIN). Rank 0 owns the step: it broadcasts the HostBatch (broadcast_batch), every rank runs the
 // forward pass, and rank 0 gathers the vocab-parallel logits to sample.
 //
-// Not yet wired into ModelRunner / LLMEngine (the engine runs one rank); see docs/multi_node.md.
+// The model-level harness of the tests (tests/distributed/tp_model_test, mpi_tp_main): the engine
+// itself runs its ranks through ModelRunner and TpGroup (engine/tp_group.h).
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "backend/backend.h"
 #include "distributed/communicator.h"
+#include "engine/tp_control.h"
 #include "model/hf_config.h"
 #include "model/qwen3.h"
 #include "runtime/forward_batch.h"
@@ -54,8 +56,5 @@ class TpWorker {
   std::vector<LayerKVCache> kv_cache_;
   std::vector<float> local_logits_, gathered_;
 };
-
-// Every rank returns rank 0's HostBatch (the step description; sampling fields excluded).
-void broadcast_batch(Communicator& comm, HostBatch& batch);
 
 }  // namespace nanovllm

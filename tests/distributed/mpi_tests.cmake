@@ -33,3 +33,8 @@ if(TARGET mpi_tp_test AND MPI_CXX_FOUND)
     NANOVLLM_MPI_TP_MAIN="$<TARGET_FILE:mpi_tp_main>")
   add_dependencies(mpi_tp_test mpi_tp_main)
 endif()
+# The tensor-parallel engine under mpirun (mpi_engine_test runs `mpirun ... nanovllm generate`).
+if(TARGET mpi_engine_test AND MPI_CXX_FOUND)
+  target_compile_definitions(mpi_engine_test PRIVATE NANOVLLM_MPIRUN="${NANOVLLM_MPIRUN_LINE}")
+  add_dependencies(mpi_engine_test nanovllm_cli)
+endif()

@@ -78,7 +78,7 @@ TEST_F(GraphReady, PaddedDecodeEqualsUnpadded) {
   auto backend = std::make_unique<test::WrappedBackend>();
   std::map<int64_t, int> decode_rows;  // rows of each decode attention call
   auto* wrapped = backend.get();
-  LLMEngine padded(config, std::move(backend), {.pad_decode = true, .warmup = true});
+  LLMEngine padded(config, std::move(backend), {.pad_decode = true, .warmup = true, .rank_backend = nullptr});
   wrapped->before_op = [&](const std::string& op, int64_t rows) {
     if (op == "attention_decode") ++decode_rows[rows];
   };
@@ -100,7 +100,7 @@ TEST_F(GraphReady, FakeGraphsReplayTheSameTokens) {
   backend->fake_graphs = true;
   auto* wrapped = backend.get();
   config.max_num_seqs = 20;  // buckets 1, 2, 4, 8, 16, 20
-  LLMEngine graphed(config, std::move(backend), {.pad_decode = std::nullopt, .warmup = true});
+  LLMEngine graphed(config, std::move(backend), {.pad_decode = std::nullopt, .warmup = true, .rank_backend = nullptr});
   const ModelRunner& runner = graphed.model_runner();
   EXPECT_EQ(runner.graphs().num_graphs(), 6);
   EXPECT_EQ(wrapped->num_captures, 1 + 6);  // the probe, then one per bucket
@@ -126,7 +126,7 @@ TEST(GraphReadyQwen2, FakeGraphsEqualEager) {
   const Outputs want = run_greedy(plain, prompts);
   auto backend = std::make_unique<test::WrappedBackend>();
   backend->fake_graphs = true;
-  LLMEngine graphed(config, std::move(backend), {.pad_decode = std::nullopt, .warmup = true});
+  LLMEngine graphed(config, std::move(backend), {.pad_decode = std::nullopt, .warmup = true, .rank_backend = nullptr});
   EXPECT_EQ(graphed.model_runner().graphs().num_graphs(), 5);
   EXPECT_EQ(run_greedy(graphed, prompts), want);
   EXPECT_GT(graphed.model_runner().graphs().num_replays(), 0);
@@ -178,7 +178,7 @@ TEST_F(GraphReady, WarmupRunsTheLargestSteps) {
     if (op == "attention_prefill") max_prefill_rows = std::max(max_prefill_rows, rows);
     if (op == "attention_decode") max_decode_rows = std::max(max_decode_rows, rows);
   };
-  LLMEngine engine(config, std::move(backend), {.pad_decode = std::nullopt, .warmup = true});
+  LLMEngine engine(config, std::move(backend), {.pad_decode = std::nullopt, .warmup = true, .rank_backend = nullptr});
   in_startup = false;
   EXPECT_EQ(max_prefill_rows, config.max_num_batched_tokens);
   EXPECT_EQ(max_decode_rows, config.max_num_seqs);
