@@ -1,5 +1,6 @@
 #include "engine/async_llm_engine.h"
 
+#include <algorithm>
 #include <optional>
 #include <utility>
 
@@ -10,15 +11,23 @@ namespace nanovllm {
 
 using Clock = std::chrono::steady_clock;
 
+// One request in flight: its n samples are LLMEngine's sequences seq_id .. seq_id + n - 1.
 struct AsyncLLMEngine::Active {
+  struct Sample {
+    std::optional<IncrementalDetokenizer> detokenizer;
+    int num_tokens = 0;
+    bool ended = false;
+    Clock::time_point last_token;
+  };
   int64_t request_id = 0;
-  int64_t seq_id = -1;
+  int64_t seq_id = -1;  // sample 0's
   std::shared_ptr<RequestStream> stream;
-  std::optional<IncrementalDetokenizer> detokenizer;
+  std::vector<Sample> samples;
+  int num_ended = 0;
   int num_prompt_tokens = 0;
-  int num_completion_tokens = 0;
+  int num_completion_tokens = 0;  // all samples
   bool logprobs = false;  // SamplingParams::logprobs set: RequestEvent::logprobs filled
-  Clock::time_point arrival, last_token;
+  Clock::time_point arrival;
 };
 
 namespace {
@@ -90,10 +99,12 @@ std::vector<std::shared_ptr<RequestStream>> AsyncLLMEngine::add_requests(
   return streams;
 }
 
-void AsyncLLMEngine::abort(int64_t request_id) {
+void AsyncLLMEngine::abort(int64_t request_id) { abort_sample(request_id, -1); }
+
+void AsyncLLMEngine::abort_sample(int64_t request_id, int index) {
   {
     std::lock_guard lock(mu_);
-    pending_aborts_.push_back(request_id);
+    pending_aborts_.push_back({request_id, index});
   }
   cv_.notify_all();
 }
@@ -111,7 +122,7 @@ EngineMetrics AsyncLLMEngine::metrics() const {
 void AsyncLLMEngine::loop() {
   for (;;) {
     std::vector<Pending> adds;
-    std::vector<int64_t> aborts;
+    std::vector<AbortOf> aborts;
     bool stopping;
     {
       std::unique_lock lock(mu_);
@@ -125,9 +136,7 @@ void AsyncLLMEngine::loop() {
     admit(adds);
     apply_aborts(aborts, "abort", "");
     if (stopping) {
-      std::vector<int64_t> all;
-      for (const auto& [id, a] : active_) all.push_back(id);
-      apply_aborts(all, "abort", "");
+      apply_aborts(all_active(), "abort", "");
       return;
     }
     if (!active_.empty()) run_step();
@@ -142,50 +151,85 @@ void AsyncLLMEngine::admit(std::vector<Pending>& adds) {
     a->num_prompt_tokens = int(p.prompt.size());
     a->arrival = p.arrival;
     a->logprobs = p.params.logprobs.has_value();
-    if (p.options.detokenize) a->detokenizer.emplace(engine_.require_tokenizer(), p.options.skip_special_tokens);
+    a->samples.resize(size_t(std::max(1, p.params.n)));
+    for (Active::Sample& s : a->samples) {
+      if (p.options.detokenize) s.detokenizer.emplace(engine_.require_tokenizer(), p.options.skip_special_tokens);
+    }
     try {
       a->seq_id = engine_.add_request(std::move(p.prompt), p.params);
     } catch (const std::exception& e) {  // validated already; kept for safety
-      finish(*a, "error", e.what());
+      Active& failed = *a;
+      active_[a->request_id] = std::move(a);
+      for (int i = 0, n = int(failed.samples.size()); i < n; ++i) finish(failed, i, "error", e.what());
       continue;
     }
-    request_of_seq_[a->seq_id] = a->request_id;
+    for (size_t i = 0; i < a->samples.size(); ++i) request_of_seq_[a->seq_id + int64_t(i)] = a->request_id;
     active_[a->request_id] = std::move(a);
   }
 }
 
-void AsyncLLMEngine::apply_aborts(const std::vector<int64_t>& aborts, const std::string& reason,
+std::vector<AsyncLLMEngine::AbortOf> AsyncLLMEngine::all_active() const {
+  std::vector<AbortOf> all;
+  for (const auto& [id, a] : active_) all.push_back({id, -1});
+  return all;
+}
+
+void AsyncLLMEngine::apply_aborts(const std::vector<AbortOf>& aborts, const std::string& reason,
                                   const std::string& error) {
-  std::vector<Active*> ended;
-  for (int64_t id : aborts) {
-    auto it = active_.find(id);
+  std::vector<std::pair<int64_t, int>> ended;  // (request id, sample)
+  for (const AbortOf& ab : aborts) {
+    auto it = active_.find(ab.request_id);
     if (it == active_.end()) continue;  // finished already
-    engine_.abort(it->second->seq_id);  // frees its blocks; false when it finished (freed too)
-    ended.push_back(it->second.get());
+    Active& a = *it->second;
+    const int n = int(a.samples.size());
+    if (ab.index >= n) continue;
+    // The siblings before sample 0: a pending sibling is dropped rather than admitted.
+    for (int i = ab.index < 0 ? n - 1 : ab.index; i >= std::max(ab.index, 0); --i) {
+      if (a.samples[size_t(i)].ended) continue;
+      bool listed = false;
+      for (const auto& e : ended) listed |= e.first == a.request_id && e.second == i;
+      if (listed) continue;
+      engine_.abort(a.seq_id + i);  // frees its blocks; false when it finished (freed too)
+      ended.emplace_back(a.request_id, i);
+    }
   }
   if (ended.empty()) return;
   update_gauges();  // before the final events: a reader then sees the blocks freed
-  for (Active* a : ended) finish(*a, reason, error);
+  // In sample order, so that the stream's final event is its last sample's.
+  std::sort(ended.begin(), ended.end());
+  for (auto [id, i] : ended) {
+    auto it = active_.find(id);
+    if (it != active_.end()) finish(*it->second, i, reason, error);
+  }
 }
 
-void AsyncLLMEngine::finish(Active& a, const std::string& reason, const std::string& error) {
+void AsyncLLMEngine::finish(Active& a, int index, const std::string& reason, const std::string& error) {
+  Active::Sample& s = a.samples[size_t(index)];
+  NV_CHECK(!s.ended);
+  s.ended = true;
+  ++a.num_ended;
   RequestEvent e;
-  if (a.detokenizer) e.text = a.detokenizer->finish();
-  e.finished = true;
+  e.index = index;
+  if (s.detokenizer) e.text = s.detokenizer->finish();
+  e.finished = a.num_ended == int(a.samples.size());
   e.finish_reason = reason;
   e.error = error;
   e.num_prompt_tokens = a.num_prompt_tokens;
   e.num_completion_tokens = a.num_completion_tokens;
+  e.num_sample_tokens = s.num_tokens;
   {
     std::lock_guard lock(metrics_mu_);
-    ++metrics_.request_success_total[reason];
-    metrics_.e2e_request_latency_seconds.observe(seconds(Clock::now() - a.arrival));
+    ++metrics_.request_success_total[reason];  // per sample
+    if (e.finished) metrics_.e2e_request_latency_seconds.observe(seconds(Clock::now() - a.arrival));
+  }
+  request_of_seq_.erase(a.seq_id + index);
+  if (!e.finished) {
+    a.stream->push(std::move(e));
+    return;
   }
   --num_unfinished_;  // before the final event: its reader sees the count without it
   a.stream->push(std::move(e));
-  const int64_t id = a.request_id;
-  request_of_seq_.erase(a.seq_id);
-  active_.erase(id);  // destroys a
+  active_.erase(a.request_id);  // destroys a
 }
 
 void AsyncLLMEngine::run_step() {
@@ -194,8 +238,7 @@ void AsyncLLMEngine::run_step() {
     r = engine_.step();
   } catch (const std::exception& e) {
     // The step failed as a whole: end everything in flight with its message.
-    std::vector<int64_t> all;
-    for (const auto& [id, a] : active_) all.push_back(id);
+    const std::vector<AbortOf> all = all_active();
     {
       std::lock_guard lock(metrics_mu_);
       ++metrics_.num_step_errors;
@@ -205,50 +248,57 @@ void AsyncLLMEngine::run_step() {
   }
   update_gauges();
   const auto now = Clock::now();
-  std::unordered_map<int64_t, RequestEvent> events;  // by request id
-  std::vector<int64_t> order;
-  int64_t new_prompt_tokens = 0;
+  std::unordered_map<int64_t, RequestEvent> events;  // by seq id
+  std::vector<int64_t> order;                         // seq ids, in the step's order
+  int64_t new_prompt_tokens = 0, new_tokens = 0;
   std::vector<double> ttfts, itls;
   for (size_t k = 0; k < r.new_tokens.size(); ++k) {
     auto [seq_id, token] = r.new_tokens[k];
     auto rit = request_of_seq_.find(seq_id);
     if (rit == request_of_seq_.end()) continue;  // not ours
     Active& a = *active_.at(rit->second);
-    auto [eit, inserted] = events.try_emplace(a.request_id);
-    if (inserted) order.push_back(a.request_id);
+    const int index = int(seq_id - a.seq_id);
+    Active::Sample& s = a.samples[size_t(index)];
+    auto [eit, inserted] = events.try_emplace(seq_id);
+    if (inserted) order.push_back(seq_id);
     RequestEvent& e = eit->second;
+    e.index = index;
     e.token_ids.push_back(token);
     if (a.logprobs && k < r.new_logprobs.size()) e.logprobs.push_back(r.new_logprobs[k]);
-    if (a.detokenizer) e.text += a.detokenizer->add(token);
-    if (a.num_completion_tokens == 0) {
+    if (s.detokenizer) e.text += s.detokenizer->add(token);
+    if (a.num_completion_tokens == 0) {  // the request's first token: its prompt is computed
       ttfts.push_back(seconds(now - a.arrival));
       new_prompt_tokens += a.num_prompt_tokens;
-    } else {
-      itls.push_back(seconds(now - a.last_token));
+    } else if (s.num_tokens > 0) {
+      itls.push_back(seconds(now - s.last_token));
     }
-    a.last_token = now;
+    s.last_token = now;
+    ++s.num_tokens;
     ++a.num_completion_tokens;
+    ++new_tokens;
   }
   {
     std::lock_guard lock(metrics_mu_);
     ++metrics_.num_steps;
     metrics_.prompt_tokens_total += new_prompt_tokens;
-    metrics_.generation_tokens_total += int64_t(ttfts.size() + itls.size());
+    metrics_.generation_tokens_total += new_tokens;
     for (double v : ttfts) metrics_.time_to_first_token_seconds.observe(v);
     for (double v : itls) metrics_.inter_token_latency_seconds.observe(v);
   }
-  // Token events first, then the finished requests' final events (same order as the step).
-  for (int64_t id : order) {
-    Active& a = *active_.at(id);
-    RequestEvent& e = events[id];
+  // Token events first, then the ended samples' final events (same order as the step).
+  for (int64_t seq_id : order) {
+    Active& a = *active_.at(request_of_seq_.at(seq_id));
+    RequestEvent& e = events[seq_id];
     e.num_prompt_tokens = a.num_prompt_tokens;
     e.num_completion_tokens = a.num_completion_tokens;
+    e.num_sample_tokens = a.samples[size_t(e.index)].num_tokens;
     a.stream->push(std::move(e));
   }
   for (const auto& seq : r.finished) {
     auto rit = request_of_seq_.find(seq->seq_id);
     if (rit == request_of_seq_.end()) continue;
-    finish(*active_.at(rit->second), finish_reason_name(seq->finish_reason), seq->error);
+    Active& a = *active_.at(rit->second);
+    finish(a, int(seq->seq_id - a.seq_id), finish_reason_name(seq->finish_reason), seq->error);
   }
   StepInfo info{int(r.finished.size()), r.num_prefill_tokens, r.num_decode_tokens};
   std::function<void(const StepInfo&)> observer;

@@ -7,6 +7,14 @@
 // reason. Any thread may call abort(); the engine thread ends the request and frees its KV blocks
 // at the next step boundary, and its stream ends with finish_reason "abort".
 //
+// SamplingParams::n > 1: one request, one stream, n samples (LLMEngine's sequences id .. id+n-1;
+// sample 0 runs first and the others once it has computed its prompt, so they share its prompt's
+// KV blocks through the prefix cache). Sample i's seed is sample_seed(seed, i) as LLMEngine
+// derives it, so with an explicit seed sample i equals a lone n == 1 request with that seed.
+// Events name their sample (RequestEvent::index); usage counts the prompt once and the tokens of
+// all samples; abort() ends every sample (those not scheduled yet included), abort_sample() one;
+// the stream ends (RequestEvent::finished) once all n samples have ended.
+//
 // The engine thread sleeps while none of its requests is unfinished, and touches the LLMEngine
 // only while one is: callers may use the LLMEngine directly (LLMEngine is not thread-safe) only
 // while no request of this object is in flight. A step that throws ends every request in flight
@@ -56,8 +64,11 @@ class AsyncLLMEngine {
   std::vector<std::shared_ptr<RequestStream>> add_requests(
       std::vector<std::vector<int32_t>> prompts, const std::vector<SamplingParams>& params,
       const RequestOptions& options = {});
-  // Ends the request at the next step boundary (no-op when it already finished).
+  // Ends the request (all its samples) at the next step boundary (no-op when it already finished).
   void abort(int64_t request_id);
+  // Ends sample `index` of the request only (e.g. a stop string matched in it); its final event
+  // has finish_reason "abort". No-op when that sample already ended.
+  void abort_sample(int64_t request_id, int index);
 
   // Called on the engine thread after every step (must be quick).
   void set_step_observer(std::function<void(const StepInfo&)> observer);
@@ -79,13 +90,19 @@ class AsyncLLMEngine {
     std::chrono::steady_clock::time_point arrival;
   };
   struct Active;
+  struct AbortOf {
+    int64_t request_id;
+    int index;  // the sample; -1: all of them
+  };
 
   void loop();
   void admit(std::vector<Pending>& adds);
-  void apply_aborts(const std::vector<int64_t>& aborts, const std::string& reason,
+  void apply_aborts(const std::vector<AbortOf>& aborts, const std::string& reason,
                     const std::string& error);
+  std::vector<AbortOf> all_active() const;
   void run_step();
-  void finish(Active& a, const std::string& reason, const std::string& error);
+  // Sample `index` of `a` ended; the last one to end ends the request (and destroys `a`).
+  void finish(Active& a, int index, const std::string& reason, const std::string& error);
   void update_gauges();
 
   LLMEngine& engine_;
@@ -95,7 +112,7 @@ class AsyncLLMEngine {
   mutable std::mutex mu_;  // guards the inbox and stop_
   std::condition_variable cv_;
   std::vector<Pending> pending_adds_;
-  std::vector<int64_t> pending_aborts_;
+  std::vector<AbortOf> pending_aborts_;
   bool stop_ = false;
 
   mutable std::mutex metrics_mu_;

@@ -1,5 +1,6 @@
 #include "engine/request_stream.h"
 
+#include <cstddef>
 #include <utility>
 
 namespace nanovllm {
@@ -38,9 +39,16 @@ void RequestStream::push(RequestEvent event) {
     if (finished_) return;  // nothing follows the final event
     finished_ = event.finished;
     const bool was_empty = queue_.empty();
-    if (!was_empty && !queue_.back().finished) {
+    // The latest unread event of the same sample, if that sample has not ended in it.
+    size_t at = queue_.size();
+    for (size_t i = queue_.size(); i-- > 0;) {
+      if (queue_[i].index != event.index) continue;
+      if (!queue_[i].sample_finished()) at = i;
+      break;
+    }
+    if (at < queue_.size()) {
       // Merge into the unread event: the reader sees the same tokens and text, in fewer pieces.
-      RequestEvent& last = queue_.back();
+      RequestEvent& last = queue_[at];
       last.token_ids.insert(last.token_ids.end(), event.token_ids.begin(), event.token_ids.end());
       last.text += event.text;
       for (auto& lp : event.logprobs) last.logprobs.push_back(std::move(lp));
@@ -50,6 +58,13 @@ void RequestStream::push(RequestEvent event) {
       last.stop_reason = std::move(event.stop_reason);
       last.num_prompt_tokens = event.num_prompt_tokens;
       last.num_completion_tokens = event.num_completion_tokens;
+      last.num_sample_tokens = event.num_sample_tokens;
+      if (last.finished && at + 1 < queue_.size()) {
+        // The stream's final event stays the last one read.
+        RequestEvent moved = std::move(last);
+        queue_.erase(queue_.begin() + std::ptrdiff_t(at));
+        queue_.push_back(std::move(moved));
+      }
     } else {
       queue_.push_back(std::move(event));
     }

@@ -1,88 +1,12 @@
-// POST /v1/completions and /v1/chat/completions: one GenerationJob per request turns the engine's
-// streams into OpenAI responses, whole or as server-sent events.
+// POST /v1/completions and /v1/chat/completions: a GenerationJob queues one engine request per
+// prompt (n samples each) and turns their events into choices (stop strings, reasoning and tool
+// calls per choice); serving_output.cpp writes the response.
 #include <chrono>
-#include <cmath>
-#include <optional>
 
-#include "engine/stop_checker.h"
-#include "runtime/sampling_rng.h"
-#include "server/reasoning_parser.h"
-#include "server/serving_context.h"
-#include "server/tool_parser.h"
+#include "server/generation_job.h"
 #include "util/check.h"
 
 namespace nanovllm::server {
-
-namespace {
-
-using Json = nlohmann::ordered_json;
-
-struct Choice {
-  int index = 0;
-  int prompt_index = 0;
-  std::shared_ptr<RequestStream> stream;
-  std::string text;                    // completion text so far (completions, and chat raw)
-  std::vector<StepLogprobs> logprobs;  // whole responses
-  std::string finish_reason, error;
-  int completion_tokens = 0;
-  bool done = false;
-  bool started = false;  // stream: the first chunk (chat role / completions echo) went out
-  std::optional<StopChecker> stop;  // stop strings: applied to the streamed text here
-  std::string stop_reason;          // the stop string that matched
-  std::optional<ReasoningParser> reasoning;
-  std::optional<ToolParser> tools;
-  std::string content, reasoning_content;  // chat, parsed
-  std::vector<ToolCall> calls;
-  int text_offset = 0;  // completions logprobs: offset of the next token's text
-};
-
-Json stop_reason(const Choice& c) { return c.stop_reason.empty() ? Json(nullptr) : Json(c.stop_reason); }
-
-double finite_logprob(float v) { return std::isfinite(v) ? double(v) : -9999.0; }
-
-class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
- public:
-  GenerationJob(ServingContext& ctx, std::shared_ptr<HttpSession> session, OpenAIRequest request)
-      : ctx_(ctx), session_(std::move(session)), req_(std::move(request)) {
-    const int64_t id = ctx_.next_id++;
-    id_ = (req_.chat ? "chatcmpl-" : "cmpl-") + std::to_string(id);
-    created_ = std::chrono::duration_cast<std::chrono::seconds>(
-                   std::chrono::system_clock::now().time_since_epoch()).count();
-  }
-
-  // Validates against the model, queues the requests and starts answering. ApiError if invalid.
-  void start();
-
- private:
-  void prepare_prompts();
-  void wake();
-  void on_events();
-  void on_event(Choice& c, RequestEvent& e);
-  void finish_choice_stream(Choice& c);
-  void complete();
-  Json chunk(Json choices) const;
-  void send_chunk(const Json& j) { out_ += "data: " + dump(j) + "\n\n"; }
-  static std::string dump(const Json& j) {
-    return j.dump(-1, ' ', false, Json::error_handler_t::replace);
-  }
-  Json logprobs_json(const std::vector<StepLogprobs>& lps, Choice& c) const;
-  Json usage() const;
-  std::string token_text(int32_t id) const { return tokenizer().decode({id}, false); }
-  const Tokenizer& tokenizer() const { return ctx_.engine->require_tokenizer(); }
-
-  ServingContext& ctx_;
-  std::shared_ptr<HttpSession> session_;
-  OpenAIRequest req_;
-  std::string id_;
-  int64_t created_ = 0;
-  std::vector<std::vector<int32_t>> prompt_ids_;
-  std::vector<std::string> prompt_texts_;  // for echo
-  bool starts_in_reasoning_ = false;
-  std::vector<Choice> choices_;
-  std::atomic<bool> posted_{false};
-  std::string out_;  // SSE bytes to write
-  bool completed_ = false;
-};
 
 void GenerationJob::prepare_prompts() {
   const Tokenizer& tok = tokenizer();
@@ -149,28 +73,25 @@ void GenerationJob::start() {
                   "({} in the prompt, {} in the completion)", max_model_len, int64_t(len) + sp.max_tokens,
                   len, sp.max_tokens);
     }
-    sp.n = 1;  // the n samples are n requests; sample i's seed as LLM::generate derives it
-    for (int i = 0; i < n; ++i) {
-      SamplingParams si = sp;
-      if (sp.seed) si.seed = sample_seed(*sp.seed, i);
-      prompts.push_back(prompt_ids_[p]);
-      params.push_back(si);
-    }
+    // One engine request of n samples: they share the prompt's blocks; sample i's seed is
+    // sample_seed(seed, i) (runtime/sampling_rng.h), as LLM::generate derives it.
+    prompts.push_back(prompt_ids_[p]);
+    params.push_back(sp);
   }
   RequestOptions options;
   options.skip_special_tokens = req_.params.skip_special_tokens;
-  std::vector<std::shared_ptr<RequestStream>> streams;
   try {
-    streams = ctx_.async->add_requests(std::move(prompts), params, options);
+    streams_ = ctx_.async->add_requests(std::move(prompts), params, options);
   } catch (const Error& e) {
     bad_request("", "{}", e.what());
   }
+  stream_done_.assign(streams_.size(), false);
   const bool parse_tools = req_.chat && !req_.tools.is_null() && req_.tool_choice != "none";
-  for (size_t i = 0; i < streams.size(); ++i) {
+  for (size_t i = 0; i < streams_.size() * size_t(n); ++i) {
     Choice c;
     c.index = int(i);
     c.prompt_index = int(i) / n;
-    c.stream = streams[i];
+    c.sample = int(i) % n;
     if (!req_.params.stop.empty()) c.stop.emplace(req_.params.stop, req_.params.include_stop_str_in_output);
     if (req_.chat) {
       c.reasoning.emplace(starts_in_reasoning_);
@@ -183,13 +104,13 @@ void GenerationJob::start() {
   std::weak_ptr<GenerationJob> weak = self;
   session_->on_disconnect([weak] {
     if (auto job = weak.lock()) {
-      for (Choice& c : job->choices_) {
-        if (!c.done) job->ctx_.async->abort(c.stream->request_id());
+      for (size_t p = 0; p < job->streams_.size(); ++p) {
+        if (!job->stream_done_[p]) job->ctx_.async->abort(job->streams_[p]->request_id());
       }
     }
   });
   if (req_.stream) session_->start_stream(http::status::ok, "text/event-stream; charset=utf-8");
-  for (Choice& c : choices_) c.stream->set_notify([self] { self->wake(); });
+  for (auto& stream : streams_) stream->set_notify([self] { self->wake(); });
   net::post(*ctx_.ioc, [self] { self->on_events(); });  // events that came before the notify
 }
 
@@ -203,86 +124,43 @@ void GenerationJob::wake() {
 
 void GenerationJob::on_events() {
   if (completed_) return;
+  const size_t n = size_t(req_.params.n);
   bool all_done = true;
-  for (Choice& c : choices_) {
-    while (!c.done) {
-      std::optional<RequestEvent> e = c.stream->try_next();
+  for (size_t p = 0; p < streams_.size(); ++p) {
+    while (!stream_done_[p]) {
+      std::optional<RequestEvent> e = streams_[p]->try_next();
       if (!e) break;
-      on_event(c, *e);
+      NV_CHECK(e->index >= 0 && size_t(e->index) < n);
+      stream_done_[p] = e->finished;
+      on_event(choices_[p * n + size_t(e->index)], *e);
     }
-    all_done = all_done && c.done;
+    all_done = all_done && stream_done_[p];
   }
   if (req_.stream && !out_.empty()) session_->write_chunk(std::exchange(out_, {}));
   if (all_done) complete();
 }
 
-Json GenerationJob::chunk(Json choices) const {
-  const bool with_usage = req_.include_usage && req_.continuous_usage_stats && !choices.empty();
-  Json j = {{"id", id_}, {"object", req_.chat ? "chat.completion.chunk" : "text_completion"},
-            {"created", created_}, {"model", ctx_.model_name}, {"choices", std::move(choices)}};
-  if (with_usage) j["usage"] = usage();  // stream_options.continuous_usage_stats: usage so far
-  return j;
-}
-
-Json GenerationJob::logprobs_json(const std::vector<StepLogprobs>& lps, Choice& c) const {
-  if (req_.chat) {
-    Json content = Json::array();
-    for (const StepLogprobs& lp : lps) {
-      auto entry = [&](const Logprob& l) {
-        const std::string* bytes = tokenizer().token_bytes(l.token_id);
-        Json b = Json::array();
-        if (bytes) for (unsigned char ch : *bytes) b.push_back(int(ch));
-        return Json{{"token", token_text(l.token_id)}, {"logprob", finite_logprob(l.logprob)}, {"bytes", b}};
-      };
-      Json e = entry(lp.sampled);
-      Json top = Json::array();
-      for (const Logprob& t : lp.top) top.push_back(entry(t));
-      e["top_logprobs"] = top;
-      content.push_back(std::move(e));
-    }
-    return {{"content", content}};
-  }
-  Json tokens = Json::array(), token_logprobs = Json::array(), top = Json::array(), offsets = Json::array();
-  for (const StepLogprobs& lp : lps) {
-    std::string t = token_text(lp.sampled.token_id);
-    tokens.push_back(t);
-    token_logprobs.push_back(finite_logprob(lp.sampled.logprob));
-    Json d = Json::object();
-    for (const Logprob& l : lp.top) d[token_text(l.token_id)] = finite_logprob(l.logprob);
-    top.push_back(std::move(d));
-    offsets.push_back(c.text_offset);
-    c.text_offset += int(t.size());
-  }
-  return {{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"top_logprobs", top}, {"text_offset", offsets}};
-}
-
-Json GenerationJob::usage() const {
-  int prompt = 0, completion = 0;
-  for (const auto& p : prompt_ids_) prompt += int(p.size());
-  for (const Choice& c : choices_) completion += c.completion_tokens;
-  return {{"prompt_tokens", prompt}, {"total_tokens", prompt + completion}, {"completion_tokens", completion}};
-}
-
 void GenerationJob::on_event(Choice& c, RequestEvent& e) {
-  c.completion_tokens = e.num_completion_tokens;
+  c.completion_tokens = e.num_sample_tokens;
+  const bool ended = e.sample_finished();
   if (c.stop) {
     if (c.stop->stopped()) {  // aborted after a stop string: only its final event is left
       e.text.clear();
       e.logprobs.clear();
-      if (e.finished) e.finish_reason = "stop";
+      if (ended) e.finish_reason = "stop";
     } else {
       std::string shown = c.stop->add(e.text, c.completion_tokens >= req_.params.min_tokens);
       if (c.stop->stopped()) {
         c.stop_reason = c.stop->matched();
-        ctx_.async->abort(c.stream->request_id());
-        if (e.finished) e.finish_reason = "stop";
-      } else if (e.finished) {
+        ctx_.async->abort_sample(streams_[size_t(c.prompt_index)]->request_id(), c.sample);
+        if (ended) e.finish_reason = "stop";
+      } else if (ended) {
         shown += c.stop->finish();
       }
       e.text = std::move(shown);
     }
   }
-  if (e.finished) {
+  if (ended) {
     c.done = true;
     c.finish_reason = e.finish_reason;
     c.error = e.error;
@@ -293,7 +171,13 @@ void GenerationJob::on_event(Choice& c, RequestEvent& e) {
     if (want_logprobs) for (auto& lp : e.logprobs) c.logprobs.push_back(std::move(lp));
     return;
   }
-  // Streaming.
+  stream_delta(c, e);
+}
+
+// The SSE chunks of one event of choice c.
+void GenerationJob::stream_delta(Choice& c, RequestEvent& e) {
+  const bool want_logprobs = req_.params.logprobs.has_value();
+  const bool ended = e.sample_finished();
   Json lp = want_logprobs && !e.logprobs.empty() ? logprobs_json(e.logprobs, c) : Json(nullptr);
   if (!req_.chat) {
     std::string text = std::move(e.text);
@@ -312,7 +196,7 @@ void GenerationJob::on_event(Choice& c, RequestEvent& e) {
                                          {"logprobs", nullptr}, {"finish_reason", nullptr}}})));
     }
     ReasoningDelta r = c.reasoning->add(e.text);
-    if (e.finished) {
+    if (ended) {
       ReasoningDelta tail = c.reasoning->finish();
       r.reasoning += tail.reasoning;
       r.content += tail.content;
@@ -323,7 +207,7 @@ void GenerationJob::on_event(Choice& c, RequestEvent& e) {
     std::vector<ToolCall> calls;
     if (c.tools) {
       ToolDelta t = c.tools->add(content);
-      if (e.finished) {
+      if (ended) {
         ToolDelta tail = c.tools->finish();
         t.content += tail.content;
         for (auto& call : tail.calls) t.calls.push_back(std::move(call));
@@ -346,88 +230,8 @@ void GenerationJob::on_event(Choice& c, RequestEvent& e) {
                                          {"finish_reason", nullptr}}})));
     }
   }
-  if (e.finished) finish_choice_stream(c);
+  if (ended) finish_choice_stream(c);
 }
-
-void GenerationJob::finish_choice_stream(Choice& c) {
-  if (c.finish_reason == "error") {
-    ApiError err(500, "internal_server_error", c.error.empty() ? "generation failed" : c.error);
-    send_chunk(err.to_json());
-    return;
-  }
-  std::string reason = c.finish_reason;
-  if (req_.chat && !c.calls.empty() && reason == "stop") reason = "tool_calls";
-  if (req_.chat) {
-    send_chunk(chunk(Json::array({Json{{"index", c.index}, {"delta", Json::object()}, {"logprobs", nullptr},
-                                       {"finish_reason", reason}, {"stop_reason", stop_reason(c)}}})));
-  } else {
-    send_chunk(chunk(Json::array({Json{{"index", c.index}, {"text", ""}, {"logprobs", nullptr},
-                                       {"finish_reason", reason}, {"stop_reason", stop_reason(c)}}})));
-  }
-}
-
-void GenerationJob::complete() {
-  completed_ = true;
-  --ctx_.num_jobs;
-  for (Choice& c : choices_) c.stream->set_notify(nullptr);  // drop the streams' references to us
-  if (session_->disconnected()) return;
-  if (req_.stream) {
-    if (req_.include_usage) {
-      Json j = chunk(Json::array());
-      j["usage"] = usage();
-      send_chunk(j);
-    }
-    out_ += "data: [DONE]\n\n";
-    session_->write_chunk(std::exchange(out_, {}));
-    session_->end_stream();
-    return;
-  }
-  Json choices = Json::array();
-  for (Choice& c : choices_) {
-    if (c.finish_reason == "error") {
-      session_->send(error_response(ApiError(500, "internal_server_error",
-                                             c.error.empty() ? "generation failed" : c.error)));
-      return;
-    }
-    Json lp = req_.params.logprobs ? logprobs_json(c.logprobs, c) : Json(nullptr);
-    if (req_.chat) {
-      ReasoningDelta r = ReasoningParser::parse(c.text, starts_in_reasoning_);
-      Json message = {{"role", "assistant"}};
-      std::string reason = c.finish_reason;
-      if (c.tools) {
-        ToolDelta t = c.tools->add(r.content);
-        ToolDelta tail = c.tools->finish();
-        t.content += tail.content;
-        for (auto& call : tail.calls) t.calls.push_back(std::move(call));
-        message["content"] = t.content.empty() && !t.calls.empty() ? Json(nullptr) : Json(t.content);
-        if (!t.calls.empty()) {
-          Json tc = Json::array();
-          for (const ToolCall& call : t.calls) {
-            tc.push_back({{"id", call.id}, {"type", "function"},
-                          {"function", {{"name", call.name}, {"arguments", call.arguments}}}});
-          }
-          message["tool_calls"] = tc;
-          if (reason == "stop") reason = "tool_calls";
-        }
-      } else {
-        message["content"] = r.content;
-      }
-      message["reasoning_content"] = r.reasoning.empty() ? Json(nullptr) : Json(r.reasoning);
-      if (!message.contains("tool_calls")) message["tool_calls"] = Json::array();
-      choices.push_back({{"index", c.index}, {"message", message}, {"logprobs", lp},
-                         {"finish_reason", reason}, {"stop_reason", stop_reason(c)}});
-    } else {
-      std::string text = req_.echo ? prompt_texts_[size_t(c.prompt_index)] + c.text : c.text;
-      choices.push_back({{"index", c.index}, {"text", text}, {"logprobs", lp},
-                         {"finish_reason", c.finish_reason}, {"stop_reason", stop_reason(c)}});
-    }
-  }
-  Json body = {{"id", id_}, {"object", req_.chat ? "chat.completion" : "text_completion"},
-               {"created", created_}, {"model", ctx_.model_name}, {"choices", choices}, {"usage", usage()}};
-  session_->send(json_response(http::status::ok, body));
-}
-
-}  // namespace
 
 void handle_generation(ServingContext& ctx, const std::shared_ptr<HttpSession>& session,
                        const HttpRequest& request, bool chat) {

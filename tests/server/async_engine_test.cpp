@@ -1,5 +1,6 @@
 // The streaming engine API: events add up to LLM::generate's outputs, abort frees blocks at the
-// next step boundary from any thread, a slow reader never stalls other requests.
+// next step boundary from any thread, a slow reader never stalls other requests; a request with
+// n samples is one stream whose samples share the prompt's blocks (async_engine_n_test.cpp).
 #include <gtest/gtest.h>
 
 #include <chrono>

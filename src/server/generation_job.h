@@ -1,0 +1,90 @@
+#pragma once
+// GenerationJob: one POST /v1/completions or /v1/chat/completions request. Each prompt is one
+// engine request with n samples (they share the prompt's KV blocks); choice i is sample i % n of
+// prompt i / n. serving_generation.cpp takes the engine's events, serving_output.cpp writes the
+// OpenAI response (whole, or as server-sent events).
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/stop_checker.h"
+#include "server/reasoning_parser.h"
+#include "server/serving_context.h"
+#include "server/tool_parser.h"
+
+namespace nanovllm::server {
+
+using Json = nlohmann::ordered_json;
+
+// choices[i] of the response: sample `sample` of prompt `prompt_index` (index = prompt * n + sample).
+struct Choice {
+  int index = 0;
+  int prompt_index = 0;
+  int sample = 0;  // RequestEvent::index within its prompt's engine request
+  std::string text;                    // completion text so far (completions, and chat raw)
+  std::vector<StepLogprobs> logprobs;  // whole responses
+  std::string finish_reason, error;
+  int completion_tokens = 0;
+  bool done = false;
+  bool started = false;  // stream: the first chunk (chat role / completions echo) went out
+  std::optional<StopChecker> stop;  // stop strings: applied to the streamed text here
+  std::string stop_reason;          // the stop string that matched
+  std::optional<ReasoningParser> reasoning;
+  std::optional<ToolParser> tools;
+  std::string content, reasoning_content;  // chat, parsed
+  std::vector<ToolCall> calls;
+  int text_offset = 0;  // completions logprobs: offset of the next token's text
+};
+
+class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
+ public:
+  GenerationJob(ServingContext& ctx, std::shared_ptr<HttpSession> session, OpenAIRequest request)
+      : ctx_(ctx), session_(std::move(session)), req_(std::move(request)) {
+    const int64_t id = ctx_.next_id++;
+    id_ = (req_.chat ? "chatcmpl-" : "cmpl-") + std::to_string(id);
+    created_ = std::chrono::duration_cast<std::chrono::seconds>(
+                   std::chrono::system_clock::now().time_since_epoch()).count();
+  }
+
+  // Validates against the model, queues the requests and starts answering. ApiError if invalid.
+  void start();
+
+ private:
+  void prepare_prompts();
+  void wake();
+  void on_events();
+  void on_event(Choice& c, RequestEvent& e);
+  void stream_delta(Choice& c, RequestEvent& e);
+  void finish_choice_stream(Choice& c);
+  void complete();
+  Json chunk(Json choices) const;
+  void send_chunk(const Json& j) { out_ += "data: " + dump(j) + "\n\n"; }
+  static std::string dump(const Json& j) {
+    return j.dump(-1, ' ', false, Json::error_handler_t::replace);
+  }
+  Json logprobs_json(const std::vector<StepLogprobs>& lps, Choice& c) const;
+  Json usage() const;
+  std::string token_text(int32_t id) const { return tokenizer().decode({id}, false); }
+  const Tokenizer& tokenizer() const { return ctx_.engine->require_tokenizer(); }
+
+  ServingContext& ctx_;
+  std::shared_ptr<HttpSession> session_;
+  OpenAIRequest req_;
+  std::string id_;
+  int64_t created_ = 0;
+  std::vector<std::vector<int32_t>> prompt_ids_;
+  std::vector<std::string> prompt_texts_;  // for echo
+  bool starts_in_reasoning_ = false;
+  std::vector<std::shared_ptr<RequestStream>> streams_;  // one per prompt, n samples each
+  std::vector<bool> stream_done_;
+  std::vector<Choice> choices_;
+  std::atomic<bool> posted_{false};
+  std::string out_;  // SSE bytes to write
+  bool completed_ = false;
+};
+
+}  // namespace nanovllm::server

@@ -1,0 +1,142 @@
+// The OpenAI responses of a GenerationJob: stream chunks, logprobs in the completions and chat
+// shapes, usage, and the whole (non-streaming) response.
+#include <cmath>
+
+#include "server/generation_job.h"
+
+namespace nanovllm::server {
+
+namespace {
+
+Json stop_reason(const Choice& c) { return c.stop_reason.empty() ? Json(nullptr) : Json(c.stop_reason); }
+
+double finite_logprob(float v) { return std::isfinite(v) ? double(v) : -9999.0; }
+
+}  // namespace
+
+Json GenerationJob::chunk(Json choices) const {
+  const bool with_usage = req_.include_usage && req_.continuous_usage_stats && !choices.empty();
+  Json j = {{"id", id_}, {"object", req_.chat ? "chat.completion.chunk" : "text_completion"},
+            {"created", created_}, {"model", ctx_.model_name}, {"choices", std::move(choices)}};
+  if (with_usage) j["usage"] = usage();  // stream_options.continuous_usage_stats: usage so far
+  return j;
+}
+
+Json GenerationJob::logprobs_json(const std::vector<StepLogprobs>& lps, Choice& c) const {
+  if (req_.chat) {
+    Json content = Json::array();
+    for (const StepLogprobs& lp : lps) {
+      auto entry = [&](const Logprob& l) {
+        const std::string* bytes = tokenizer().token_bytes(l.token_id);
+        Json b = Json::array();
+        if (bytes) for (unsigned char ch : *bytes) b.push_back(int(ch));
+        return Json{{"token", token_text(l.token_id)}, {"logprob", finite_logprob(l.logprob)}, {"bytes", b}};
+      };
+      Json e = entry(lp.sampled);
+      Json top = Json::array();
+      for (const Logprob& t : lp.top) top.push_back(entry(t));
+      e["top_logprobs"] = top;
+      content.push_back(std::move(e));
+    }
+    return {{"content", content}};
+  }
+  Json tokens = Json::array(), token_logprobs = Json::array(), top = Json::array(), offsets = Json::array();
+  for (const StepLogprobs& lp : lps) {
+    std::string t = token_text(lp.sampled.token_id);
+    tokens.push_back(t);
+    token_logprobs.push_back(finite_logprob(lp.sampled.logprob));
+    Json d = Json::object();
+    for (const Logprob& l : lp.top) d[token_text(l.token_id)] = finite_logprob(l.logprob);
+    top.push_back(std::move(d));
+    offsets.push_back(c.text_offset);
+    c.text_offset += int(t.size());
+  }
+  return {{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"top_logprobs", top}, {"text_offset", offsets}};
+}
+
+Json GenerationJob::usage() const {
+  int prompt = 0, completion = 0;
+  for (const auto& p : prompt_ids_) prompt += int(p.size());
+  for (const Choice& c : choices_) completion += c.completion_tokens;
+  return {{"prompt_tokens", prompt}, {"total_tokens", prompt + completion}, {"completion_tokens", completion}};
+}
+
+void GenerationJob::finish_choice_stream(Choice& c) {
+  if (c.finish_reason == "error") {
+    ApiError err(500, "internal_server_error", c.error.empty() ? "generation failed" : c.error);
+    send_chunk(err.to_json());
+    return;
+  }
+  std::string reason = c.finish_reason;
+  if (req_.chat && !c.calls.empty() && reason == "stop") reason = "tool_calls";
+  if (req_.chat) {
+    send_chunk(chunk(Json::array({Json{{"index", c.index}, {"delta", Json::object()}, {"logprobs", nullptr},
+                                       {"finish_reason", reason}, {"stop_reason", stop_reason(c)}}})));
+  } else {
+    send_chunk(chunk(Json::array({Json{{"index", c.index}, {"text", ""}, {"logprobs", nullptr},
+                                       {"finish_reason", reason}, {"stop_reason", stop_reason(c)}}})));
+  }
+}
+
+void GenerationJob::complete() {
+  completed_ = true;
+  --ctx_.num_jobs;
+  for (auto& stream : streams_) stream->set_notify(nullptr);  // drop the streams' references to us
+  if (session_->disconnected()) return;
+  if (req_.stream) {
+    if (req_.include_usage) {
+      Json j = chunk(Json::array());
+      j["usage"] = usage();
+      send_chunk(j);
+    }
+    out_ += "data: [DONE]\n\n";
+    session_->write_chunk(std::exchange(out_, {}));
+    session_->end_stream();
+    return;
+  }
+  Json choices = Json::array();
+  for (Choice& c : choices_) {
+    if (c.finish_reason == "error") {
+      session_->send(error_response(ApiError(500, "internal_server_error",
+                                             c.error.empty() ? "generation failed" : c.error)));
+      return;
+    }
+    Json lp = req_.params.logprobs ? logprobs_json(c.logprobs, c) : Json(nullptr);
+    if (req_.chat) {
+      ReasoningDelta r = ReasoningParser::parse(c.text, starts_in_reasoning_);
+      Json message = {{"role", "assistant"}};
+      std::string reason = c.finish_reason;
+      if (c.tools) {
+        ToolDelta t = c.tools->add(r.content);
+        ToolDelta tail = c.tools->finish();
+        t.content += tail.content;
+        for (auto& call : tail.calls) t.calls.push_back(std::move(call));
+        message["content"] = t.content.empty() && !t.calls.empty() ? Json(nullptr) : Json(t.content);
+        if (!t.calls.empty()) {
+          Json tc = Json::array();
+          for (const ToolCall& call : t.calls) {
+            tc.push_back({{"id", call.id}, {"type", "function"},
+                          {"function", {{"name", call.name}, {"arguments", call.arguments}}}});
+          }
+          message["tool_calls"] = tc;
+          if (reason == "stop") reason = "tool_calls";
+        }
+      } else {
+        message["content"] = r.content;
+      }
+      message["reasoning_content"] = r.reasoning.empty() ? Json(nullptr) : Json(r.reasoning);
+      if (!message.contains("tool_calls")) message["tool_calls"] = Json::array();
+      choices.push_back({{"index", c.index}, {"message", message}, {"logprobs", lp},
+                         {"finish_reason", reason}, {"stop_reason", stop_reason(c)}});
+    } else {
+      std::string text = req_.echo ? prompt_texts_[size_t(c.prompt_index)] + c.text : c.text;
+      choices.push_back({{"index", c.index}, {"text", text}, {"logprobs", lp},
+                         {"finish_reason", c.finish_reason}, {"stop_reason", stop_reason(c)}});
+    }
+  }
+  Json body = {{"id", id_}, {"object", req_.chat ? "chat.completion" : "text_completion"},
+               {"created", created_}, {"model", ctx_.model_name}, {"choices", choices}, {"usage", usage()}};
+  session_->send(json_response(http::status::ok, body));
+}
+
+}  // namespace nanovllm::server
