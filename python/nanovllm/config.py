@@ -18,15 +18,14 @@ class Config:
     num_kvcache_blocks: int = -1
     # this engine's
     device: str = "cpu"               # "cpu" or "cuda"
-    threads: int = 0                  # CPU threads; 0: all cores
+    threads: int = 0                  # CPU threads of each rank; 0: the cores / the ranks
     kv_cache_memory: int = 0          # KV cache bytes; 0: the device's default
     enable_prefix_caching: bool = True
     kv_cache_dtype: str = "auto"      # "auto" (= "bf16"), "bf16" or "fp8" (E4M3)
+    distributed_backend: str = "threads"  # tensor_parallel_size ranks as threads of this process,
+                                          # or "mpi": one rank per process under mpirun
 
     def __post_init__(self):
-        if self.tensor_parallel_size != 1:
-            raise ValueError(f"tensor_parallel_size={self.tensor_parallel_size}: the Python "
-                             "package runs one rank (tensor_parallel_size=1) for now")
         if self.num_kvcache_blocks != -1:
             raise ValueError(f"num_kvcache_blocks={self.num_kvcache_blocks}: not supported; "
                              "size the KV cache in bytes with kv_cache_memory=...")
@@ -55,5 +54,7 @@ class Config:
         c.kv_cache_memory = self.kv_cache_memory
         c.enable_prefix_caching = self.enable_prefix_caching
         c.kv_cache_dtype = self.kv_cache_dtype
+        c.tensor_parallel_size = self.tensor_parallel_size
+        c.distributed_backend = self.distributed_backend
         c.show_progress = False  # the Python progress bar (nanovllm.progress) is drawn instead
         return c

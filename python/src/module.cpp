@@ -32,6 +32,8 @@ void bind_config(py::module_& m) {
       .def_readwrite("gpu_memory_utilization", &Config::gpu_memory_utilization)
       .def_readwrite("enforce_eager", &Config::enforce_eager)
       .def_readwrite("num_threads", &Config::num_threads)
+      .def_readwrite("tensor_parallel_size", &Config::tensor_parallel_size)
+      .def_readwrite("distributed_backend", &Config::distributed_backend)
       .def_readwrite("show_progress", &Config::show_progress);
 }
 

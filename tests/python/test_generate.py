@@ -22,6 +22,15 @@ def test_greedy_token_ids_equal_cli(cli, tiny_model, tiny_llm):
     assert all(len(g["token_ids"]) >= 1 for g in got)
 
 
+def test_tensor_parallel_equals_one_rank(tiny_model, tiny_llm):
+    prompts = random_prompts(5)
+    sp = SamplingParams(temperature=0, max_tokens=12)
+    want = tiny_llm.generate(prompts, sp, use_tqdm=False)
+    llm = LLM(str(tiny_model), **{**TINY_ENGINE, "threads": 1}, tensor_parallel_size=2)
+    got = llm.generate(prompts, sp, use_tqdm=False)
+    assert [g["token_ids"] for g in got] == [w["token_ids"] for w in want]
+
+
 def test_seeded_sampling_equals_cli(cli, tiny_model, tiny_llm):
     # The CLI gives request i the seed seed + i and leaves top_k / top_p to the model's
     # generation_config.json: None does the same here.
@@ -96,8 +105,10 @@ def test_bad_requests_raise_value_error_with_engine_messages(cli, tiny_model, ti
 def test_engine_arguments(tiny_model):
     with pytest.raises(TypeError, match="unknown engine argument.*max_num_seq\\b"):
         LLM(str(tiny_model), max_num_seq=4)
-    with pytest.raises(ValueError, match="tensor_parallel_size=2"):
-        LLM(str(tiny_model), tensor_parallel_size=2)
+    with pytest.raises(ValueError, match="num_attention_heads"):
+        LLM(str(tiny_model), tensor_parallel_size=3)  # 4 heads
+    with pytest.raises(ValueError, match="distributed_backend must be threads or mpi"):
+        LLM(str(tiny_model), tensor_parallel_size=2, distributed_backend="tcp")
     with pytest.raises(ValueError, match="max_num_seqs must be >= 1, got 0"):
         LLM(str(tiny_model), max_num_seqs=0)
     with pytest.raises(ValueError, match="unknown device 'tpu'"):
