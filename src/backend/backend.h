@@ -74,6 +74,13 @@ class Backend {
   // ---- ops ----
   // out[t] = table[ids[t]]   out: act [T, H]; ids: i32 [T]; table: the [V, H] embedding.
   virtual void embedding(Tensor out, Tensor ids, const LinearWeight& table) = 0;
+  // One rank's part of a vocab-parallel lookup (nano-vllm's VocabParallelEmbedding): table holds
+  // the vocab rows [vocab_start, vocab_start + table.n); out[t] = table[ids[t] - vocab_start] for
+  // an id in that range, a zero row for any other id (another rank's row). The caller sums out
+  // over the ranks (all_reduce), which gives embedding() of the whole table exactly.
+  // out: act [T, H]; ids: i32 [T]; table: [V / tp, H].
+  virtual void vocab_parallel_embedding(Tensor out, Tensor ids, const LinearWeight& table,
+                                        int64_t vocab_start) = 0;
   // out = x @ w^T (+ bias)   x: act [T, K] (rows may be strided); out: act or f32 [T, N];
   // bias: bf16 [N] or nullptr.
   virtual void linear(Tensor out, Tensor x, const LinearWeight& w, const Tensor* bias) = 0;

@@ -78,7 +78,13 @@ Tensor Qwen3Model::forward(const ForwardBatch& batch, const std::vector<LayerKVC
   const float eps = float(config_.rms_norm_eps);
   if (batch.is_prefill && batch.num_decode_seqs > 0) mixed_.split(backend_, batch);
 
-  backend_.embedding(hidden, batch.input_ids, weights_.embed_tokens);
+  if (weights_.vocab_parallel) {  // VocabParallelEmbedding: this rank's rows, zeros elsewhere
+    backend_.vocab_parallel_embedding(hidden, batch.input_ids, weights_.embed_tokens,
+                                      weights_.vocab_start);
+    backend_.all_reduce(hidden);  // each token's row comes from the one rank that holds it
+  } else {
+    backend_.embedding(hidden, batch.input_ids, weights_.embed_tokens);
+  }
   for (int i = 0; i < config_.num_hidden_layers; ++i) {
     const LayerWeights& l = weights_.layers[i];
     if (i == 0) {  // residual = hidden; hidden = input_layernorm(hidden)

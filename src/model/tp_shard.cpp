@@ -113,9 +113,15 @@ ModelWeights load_weights_shard(const Checkpoint& ckpt, const ModelConfig& c, Tp
   const HeadRange h = head_range(c, s);
   const int64_t i_local = local.intermediate_size, v_local = local.vocab_size;
 
-  w.embed_tokens = load.linear(load.rows("model.embed_tokens.weight", V, H, 0, V), V, H);
-  const std::string head = c.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
-  w.lm_head = load.linear(load.rows(head, V, H, s.rank * v_local, v_local), v_local, H);
+  // Vocab rows [r V/tp, (r+1) V/tp) of the embedding and the LM head; tied: one tensor for both
+  // (lm_head stays empty, as load_weights leaves it).
+  w.vocab_parallel = s.size > 1;
+  w.vocab_start = s.rank * v_local;
+  w.embed_tokens =
+      load.linear(load.rows("model.embed_tokens.weight", V, H, w.vocab_start, v_local), v_local, H);
+  if (!c.tie_word_embeddings) {
+    w.lm_head = load.linear(load.rows("lm_head.weight", V, H, w.vocab_start, v_local), v_local, H);
+  }
   w.norm = load.vector(load.rows("model.norm.weight", H, 0, 0, H));
   for (int i = 0; i < c.num_hidden_layers; ++i) {
     const std::string p = fmt::format("model.layers.{}.", i);

@@ -7,10 +7,14 @@
 //   o_proj                 row-parallel: the input columns of those query heads;
 //   gate/up_proj           column-parallel: intermediate rows [r I/tp, (r+1) I/tp);
 //   down_proj              row-parallel: the same intermediate columns;
-//   lm_head                vocab rows [r V/tp, (r+1) V/tp) (tied: sliced from embed_tokens);
-//   embed_tokens, norms    replicated.
+//   embed_tokens, lm_head  vocab-parallel: vocab rows [r V/tp, (r+1) V/tp) (nano-vllm's
+//                          VocabParallelEmbedding / ParallelLMHead); tied: the one slice of
+//                          embed_tokens serves as both (read and stored once);
+//   norms                  replicated.
 // The outputs of o_proj and down_proj are partial sums: the model all-reduces them
-// (Backend::all_reduce). Each rank's logits cover its vocab rows; rank 0 gathers them.
+// (Backend::all_reduce). The embedding lookup gives this rank's rows and zeros for the other ids
+// (Backend::vocab_parallel_embedding): the model all-reduces it too. Each rank's logits cover
+// its vocab rows; rank 0 gathers them. tp == 1 is the plain model: whole tables, no all-reduce.
 // Each rank reads only its slices from the mapped safetensors files.
 #include "backend/backend.h"
 #include "model/hf_config.h"
@@ -30,8 +34,10 @@ struct TpShard {
 ModelConfig shard_config(const ModelConfig& full, int tp_size);
 
 // Loads rank's slices of `full`'s checkpoint (shapes checked against the full config; Error
-// names the file and tensor). The returned weights match shard_config(full, shard.size), except
-// that embed_tokens is the whole [V, H] table and lm_head is always set ([V/tp, H]).
+// names the file and tensor). The returned weights match shard_config(full, shard.size):
+// embed_tokens is [V/tp, H] from vocab row vocab_start = rank V/tp (vocab_parallel when tp > 1),
+// lm_head the same rows of lm_head.weight, or empty when tied (output_projection() is then
+// embed_tokens, as load_weights gives).
 ModelWeights load_weights_shard(const Checkpoint& checkpoint, const ModelConfig& full,
                                 TpShard shard, Backend& backend);
 

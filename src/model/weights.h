@@ -25,6 +25,11 @@ struct LayerWeights {
 struct ModelWeights {
   LinearWeight embed_tokens;  // [V, H]; also the lm_head when tied
   LinearWeight lm_head;       // [V, H] when untied (n == 0 when tied)
+  // Tensor parallel (model/tp_shard.h): embed_tokens and lm_head hold only this rank's vocab rows
+  // [vocab_start, vocab_start + V/tp); the model looks up with vocab_parallel_embedding and
+  // all-reduces. false: the whole table (vocab_start 0).
+  bool vocab_parallel = false;
+  int64_t vocab_start = 0;
   Tensor norm;                // bf16 [H]
   std::vector<LayerWeights> layers;
   std::vector<Buffer> small;  // storage of the norms and biases

@@ -48,6 +48,31 @@ TEST_F(CudaOps, EmbeddingAndGatherRowsCopyExactly) {
   }
 }
 
+// One rank's vocab-parallel lookup: its rows for ids in [start, start + rows), zeros over the
+// poisoned output for the others (the boundary ids start - 1 and start + rows included); the
+// ranks' outputs sum to the whole table's embedding.
+TEST_F(CudaOps, VocabParallelEmbeddingZerosOtherRanksIds) {
+  const int64_t vocab = 40, hidden = 72, tp = 4, rows = vocab / tp;
+  Vec table = random_bf16(rng, size_t(vocab * hidden));
+  std::vector<uint16_t> host(table.size());
+  for (size_t i = 0; i < table.size(); ++i) host[i] = f32_to_bf16(table[i]);
+  std::vector<int32_t> ids = {0, 39, 9, 10, 19, 20, 29, 30, 31, 5, 25, 17};
+  const int64_t T = int64_t(ids.size());
+  Tensor id_t = ints(ids, DType::I32);
+  Vec sum(size_t(T * hidden), 0.0f);
+  for (int64_t r = 0; r < tp; ++r) {
+    LinearWeight w = be->make_linear_weight(
+        Tensor::contiguous(host.data() + r * rows * hidden, DType::BF16, {rows, hidden}));
+    Tensor out = poisoned(DType::BF16, {T, hidden});
+    be->vocab_parallel_embedding(out, id_t, w, r * rows);
+    const Vec got = get(out);
+    expect_close_scaled(got, ref::vocab_parallel_embedding(ids, table, hidden, r * rows, rows), 0.0,
+                        "vocab_parallel_embedding");
+    for (size_t i = 0; i < sum.size(); ++i) sum[i] += got[i];
+  }
+  expect_close_scaled(sum, ref::embedding(ids, table, hidden), 0.0, "sum over ranks");
+}
+
 // out = x @ w^T (+ bias) for M on both paths (GEMV: 1..16, cuBLASLt: more), bf16 and f32 out,
 // x a strided view; and a row's GEMV result does not depend on M.
 TEST_F(CudaOps, LinearMatchesReference) {

@@ -156,6 +156,56 @@ TEST_P(TpModel, OneRankShardEqualsPlainLoader) {
   for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], one.logits[0][i]) << i;
 }
 
+// Vocab-parallel embedding and LM head: rank r of tp holds vocab rows [r V/tp, (r+1) V/tp) only,
+// tied models in one tensor (lm_head empty, output_projection() is embed_tokens); its lookup
+// gives the whole table's rows for its ids and zeros for the others. tp = 1: the whole table.
+TEST_P(TpModel, RankHoldsOnlyItsVocabRows) {
+  const std::string model = test::tiny_model(GetParam());
+  auto backend = make_backend({.device = "cpu", .num_threads = 1, .device_index = 0});
+  const ModelConfig c = load_model_config(model);
+  const Checkpoint ckpt(model);
+  const int64_t V = c.vocab_size, H = c.hidden_size;
+  const ModelWeights plain = load_weights(ckpt, c, *backend);
+  const size_t plain_bytes = plain.embed_tokens.storage.bytes() + plain.lm_head.storage.bytes();
+  std::vector<int32_t> all_ids(static_cast<size_t>(V));
+  for (int64_t i = 0; i < V; ++i) all_ids[size_t(i)] = int32_t(i);
+  std::vector<float> want(size_t(V * H));
+  backend->embedding(Tensor::contiguous(want.data(), DType::F32, {V, H}),
+                     Tensor::contiguous(all_ids.data(), DType::I32, {V}), plain.embed_tokens);
+  for (int tp : {1, 2, 4}) {
+    for (int r = 0; r < tp; ++r) {
+      const ModelWeights w = load_weights_shard(ckpt, c, {r, tp}, *backend);
+      EXPECT_EQ(w.embed_tokens.n, V / tp) << "tp " << tp << " rank " << r;
+      EXPECT_EQ(w.embed_tokens.k, H);
+      EXPECT_EQ(w.vocab_start, r * (V / tp));
+      EXPECT_EQ(w.vocab_parallel, tp > 1);
+      EXPECT_EQ(w.lm_head.n, c.tie_word_embeddings ? 0 : V / tp);
+      EXPECT_EQ(&w.output_projection(), c.tie_word_embeddings ? &w.embed_tokens : &w.lm_head);
+      const size_t bytes = w.embed_tokens.storage.bytes() + w.lm_head.storage.bytes();
+      if (r == 0) {
+        std::printf("%s tp=%d: embed_tokens + lm_head %zu bytes per rank (tp=1 loader: %zu)\n",
+                    GetParam().c_str(), tp, bytes, plain_bytes);
+      }
+      EXPECT_LE(bytes, plain_bytes / size_t(tp) + 4096) << "tp " << tp;
+      std::vector<float> got(size_t(V * H));
+      Tensor out = Tensor::contiguous(got.data(), DType::F32, {V, H});
+      Tensor ids = Tensor::contiguous(all_ids.data(), DType::I32, {V});
+      if (w.vocab_parallel) {
+        backend->vocab_parallel_embedding(out, ids, w.embed_tokens, w.vocab_start);
+      } else {
+        backend->embedding(out, ids, w.embed_tokens);
+      }
+      for (int64_t id = 0; id < V; ++id) {
+        const bool mine = id >= w.vocab_start && id < w.vocab_start + V / tp;
+        for (int64_t j = 0; j < H; ++j) {
+          ASSERT_EQ(got[size_t(id * H + j)], mine ? want[size_t(id * H + j)] : 0.0f)
+              << "tp " << tp << " rank " << r << " id " << id << " col " << j;
+        }
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Presets, TpModel, ::testing::Values("tiny", "tiny-qwen2"));
 
 TEST(TpShard, NonDividingShapesNameTheField) {

@@ -38,6 +38,11 @@ class WrappedBackend : public Backend {
     hook("embedding", out);
     inner_->embedding(out, ids, table);
   }
+  void vocab_parallel_embedding(Tensor out, Tensor ids, const LinearWeight& table,
+                                int64_t vocab_start) override {
+    hook("vocab_parallel_embedding", out);
+    inner_->vocab_parallel_embedding(out, ids, table, vocab_start);
+  }
   void linear(Tensor out, Tensor x, const LinearWeight& w, const Tensor* bias) override {
     hook("linear", out);
     inner_->linear(out, x, w, bias);

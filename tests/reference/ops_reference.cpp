@@ -36,6 +36,17 @@ Vec embedding(const std::vector<int32_t>& ids, const Vec& table, int64_t hidden)
   return out;
 }
 
+Vec vocab_parallel_embedding(const std::vector<int32_t>& ids, const Vec& table, int64_t hidden,
+                             int64_t vocab_start, int64_t rows) {
+  Vec out(ids.size() * size_t(hidden), 0.0f);
+  for (size_t t = 0; t < ids.size(); ++t) {
+    if (ids[t] < vocab_start || ids[t] >= vocab_start + rows) continue;
+    for (int64_t j = 0; j < hidden; ++j)
+      out[t * size_t(hidden) + size_t(j)] = table[size_t(ids[t] * hidden + j)];
+  }
+  return out;
+}
+
 Vec linear(const Vec& x, const Vec& w, const Vec& bias, int64_t m, int64_t n, int64_t k) {
   Vec out(size_t(m * n));
   for (int64_t i = 0; i < m; ++i)

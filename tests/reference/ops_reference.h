@@ -16,6 +16,11 @@ Vec round_bf16(const Vec& x);
 // out[t] = table[ids[t]]   table: [vocab, hidden]; out: [T, hidden]
 Vec embedding(const std::vector<int32_t>& ids, const Vec& table, int64_t hidden);
 
+// One tensor-parallel rank's share of the lookup in the whole [vocab, hidden] table: out[t] =
+// table[ids[t]] for ids in [vocab_start, vocab_start + rows), else zeros. out: [T, hidden]
+Vec vocab_parallel_embedding(const std::vector<int32_t>& ids, const Vec& table, int64_t hidden,
+                             int64_t vocab_start, int64_t rows);
+
 // out = x @ w^T + bias   x: [m, k]; w: [n, k]; bias: [n] or empty; out: [m, n]
 Vec linear(const Vec& x, const Vec& w, const Vec& bias, int64_t m, int64_t n, int64_t k);
 

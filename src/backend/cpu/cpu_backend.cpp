@@ -1,6 +1,6 @@
-// CpuBackend: construction, memory, weights, and the row-copy ops (embedding, gather_rows) and
-// linear. The other ops are in norm.cpp, rope.cpp, activation.cpp, kv_cache.cpp,
-// attention_prefill.cpp, attention_decode.cpp, sampler.cpp.
+// CpuBackend: construction, memory, weights, and the row-copy ops (embedding, its
+// vocab-parallel form, gather_rows) and linear. The other ops are in norm.cpp, rope.cpp,
+// activation.cpp, kv_cache.cpp, attention_prefill.cpp, attention_decode.cpp, sampler.cpp.
 #include "backend/cpu/cpu_backend.h"
 
 #include <fmt/format.h>
@@ -29,6 +29,16 @@ void check_rows(const Tensor& t, DType dtype, const char* what) {
   NV_CHECK(t.ndim == 2 && t.dtype == dtype && t.stride[1] == 1 && t.stride[0] >= t.shape[1],
            "{}: expected {} [rows, cols] with contiguous rows, got {}", what, dtype_name(dtype),
            t.describe());
+}
+
+// The shapes embedding() and vocab_parallel_embedding() take: out f32 [T, H], ids i32 [T].
+void check_embedding(const Tensor& out, const Tensor& ids, const LinearWeight& table) {
+  check_rows(out, DType::F32, "embedding out");
+  NV_CHECK(ids.ndim == 1 && ids.dtype == DType::I32 && ids.stride[0] == 1 &&
+               ids.shape[0] == out.shape[0],
+           "embedding ids {} for out {}", ids.describe(), out.describe());
+  NV_CHECK(out.shape[1] == table.k, "embedding out {} for a [{}, {}] table", out.describe(),
+           table.n, table.k);
 }
 
 }  // namespace
@@ -144,12 +154,7 @@ LinearWeight CpuBackend::make_linear_weight(Tensor w_host) {
 
 // out = table[ids]  (F.embedding(ids, table))
 void CpuBackend::embedding(Tensor out, Tensor ids, const LinearWeight& table) {
-  check_rows(out, DType::F32, "embedding out");
-  NV_CHECK(ids.ndim == 1 && ids.dtype == DType::I32 && ids.stride[0] == 1 &&
-               ids.shape[0] == out.shape[0],
-           "embedding ids {} for out {}", ids.describe(), out.describe());
-  NV_CHECK(out.shape[1] == table.k, "embedding out {} for a [{}, {}] table", out.describe(),
-           table.n, table.k);
+  check_embedding(out, ids, table);
   const int32_t* id = ids.ptr<const int32_t>();
   parallel_rows(out.shape[0], table.k, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; ++t) {
@@ -157,6 +162,27 @@ void CpuBackend::embedding(Tensor out, Tensor ids, const LinearWeight& table) {
                table.n);
       unpack_weight_row(out.ptr<float>() + t * out.stride[0], table.data.data, table.n, table.k,
                         id[t]);
+    }
+  });
+}
+
+// out = mask * table[ids - vocab_start], mask = vocab_start <= ids < vocab_start + n
+// (VocabParallelEmbedding's F.embedding of one rank's slice).
+void CpuBackend::vocab_parallel_embedding(Tensor out, Tensor ids, const LinearWeight& table,
+                                          int64_t vocab_start) {
+  check_embedding(out, ids, table);
+  NV_CHECK(vocab_start >= 0, "vocab_start {}", vocab_start);
+  const int32_t* id = ids.ptr<const int32_t>();
+  parallel_rows(out.shape[0], table.k, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      NV_CHECK(id[t] >= 0, "negative token id {}", id[t]);
+      float* row = out.ptr<float>() + t * out.stride[0];
+      const int64_t local = int64_t(id[t]) - vocab_start;
+      if (local >= 0 && local < table.n) {
+        unpack_weight_row(row, table.data.data, table.n, table.k, local);
+      } else {
+        std::memset(row, 0, size_t(table.k) * sizeof(float));  // another rank's row
+      }
     }
   });
 }

@@ -294,6 +294,19 @@ void CudaBackend::embedding(Tensor out, Tensor ids, const LinearWeight& table) {
                    table.data.ptr<const uint16_t>(), table.n, table.k, stream_);
 }
 
+void CudaBackend::vocab_parallel_embedding(Tensor out, Tensor ids, const LinearWeight& table,
+                                           int64_t vocab_start) {
+  check_act(out, "vocab_parallel_embedding out");
+  NV_CHECK(out.ndim == 2 && out.shape[1] == table.k,
+           "cuda vocab_parallel_embedding out {} for a [{}, {}] table", out.describe(), table.n,
+           table.k);
+  NV_CHECK(vocab_start >= 0, "vocab_start {}", vocab_start);
+  check_i32(ids, out.shape[0], "vocab_parallel_embedding ids");
+  launch_vocab_parallel_embedding(out.ptr<uint16_t>(), out.stride[0], ids.ptr<const int32_t>(),
+                                  out.shape[0], table.data.ptr<const uint16_t>(), vocab_start,
+                                  table.n, table.k, stream_);
+}
+
 void CudaBackend::linear(Tensor out, Tensor x, const LinearWeight& w, const Tensor* bias) {
   check_act(x, "linear x");
   NV_CHECK(x.ndim == 2 && out.ndim == 2 && out.device == DeviceKind::CUDA &&

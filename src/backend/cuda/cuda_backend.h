@@ -43,6 +43,8 @@ class CudaBackend : public Backend {
   LinearWeight make_linear_weight(Tensor w_host) override;
 
   void embedding(Tensor out, Tensor ids, const LinearWeight& table) override;
+  void vocab_parallel_embedding(Tensor out, Tensor ids, const LinearWeight& table,
+                                int64_t vocab_start) override;
   void linear(Tensor out, Tensor x, const LinearWeight& w, const Tensor* bias) override;
   void rms_norm(Tensor out, Tensor x, Tensor weight, float eps) override;
   void add_rms_norm(Tensor x, Tensor residual, Tensor weight, float eps) override;

@@ -1,7 +1,8 @@
 #pragma once
 // The per-element math of the CUDA kernels, as NV_HOST_DEVICE inline functions so the CPU unit
 // tests (tests/unit/cuda_math_test.cpp) check the exact expressions the GPU runs: bf16 <-> f32,
-// rotate-half RoPE, the online softmax and its log-sum-exp merge, SiLU, KV slot offsets.
+// rotate-half RoPE, the online softmax and its log-sum-exp merge, SiLU, KV slot offsets, the
+// vocab-parallel embedding's row.
 // Plain C++ (no CUDA headers): g++ compiles it for the tests.
 #include <cmath>
 #include <cstdint>
@@ -58,6 +59,13 @@ NV_HOST_DEVICE inline float silu_mul(float g, float u) { return g / (1.0f + expf
 // num_slots * Hkv * D passes 2^31 on a large GPU cache.
 NV_HOST_DEVICE inline int64_t slot_offset(int32_t slot, int64_t row_elems) {
   return int64_t(slot) * row_elems;
+}
+
+// Row of a vocab-parallel embedding slice (vocab rows [vocab_start, vocab_start + rows)) that
+// holds token `id`, or -1 when another rank holds it (the lookup then writes a zero row).
+NV_HOST_DEVICE inline int64_t vocab_slice_row(int32_t id, int64_t vocab_start, int64_t rows) {
+  const int64_t r = int64_t(id) - vocab_start;
+  return r >= 0 && r < rows ? r : -1;
 }
 
 // Slot of key j of a sequence whose block table row is `table` (block ids), block_size tokens

@@ -1,4 +1,5 @@
-// Row copies: embedding lookup, gather_rows, and the bias add after cuBLASLt (f32 output).
+// Row copies: embedding lookup (whole table or a vocab-parallel slice), gather_rows, and the
+// bias add after cuBLASLt (f32 output).
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.h"
@@ -7,18 +8,21 @@ namespace nanovllm::cuda {
 
 namespace {
 
-// One CTA per token: out[t] = table[ids[t]]; an id outside the vocabulary gives a NaN row (the
-// engine rejects such ids before they reach the device).
+// One CTA per token: out[t] = table[ids[t] - vocab_start] for an id in [vocab_start,
+// vocab_start + rows); any other id fills its row with `absent`: a NaN (0x7fc0) for the whole
+// table (the engine rejects such ids before they reach the device), zeros for one rank's slice
+// of a vocab-parallel table (F.embedding masked as VocabParallelEmbedding).
 __global__ void embedding_kernel(uint16_t* out, int64_t out_stride, const int32_t* ids,
-                                 const uint16_t* table, int64_t vocab, int64_t hidden) {
+                                 const uint16_t* table, int64_t vocab_start, int64_t rows,
+                                 int64_t hidden, uint16_t absent) {
   const int64_t t = blockIdx.x;
-  const int32_t id = ids[t];
+  const int64_t row = vocab_slice_row(ids[t], vocab_start, rows);
   uint16_t* o = out + t * out_stride;
-  if (id < 0 || id >= vocab) {
-    for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) o[i] = 0x7fc0;
+  if (row < 0) {
+    for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) o[i] = absent;
     return;
   }
-  copy_row_u16(o, table + int64_t(id) * hidden, hidden);
+  copy_row_u16(o, table + row * hidden, hidden);
 }
 
 // One CTA per output row: out[b] = x[idx[b]] (an index outside x gives zeros).
@@ -54,9 +58,18 @@ __global__ void add_bias_kernel(void* out, bool out_f32, int64_t out_stride, con
 void launch_embedding(uint16_t* out, int64_t out_stride, const int32_t* ids, int64_t tokens,
                       const uint16_t* table, int64_t vocab, int64_t hidden, cudaStream_t stream) {
   if (tokens == 0) return;
-  embedding_kernel<<<unsigned(tokens), 128, 0, stream>>>(out, out_stride, ids, table, vocab,
-                                                         hidden);
+  embedding_kernel<<<unsigned(tokens), 128, 0, stream>>>(out, out_stride, ids, table, 0, vocab,
+                                                         hidden, 0x7fc0);
   NV_CUDA_CHECK("embedding", cudaGetLastError());
+}
+
+void launch_vocab_parallel_embedding(uint16_t* out, int64_t out_stride, const int32_t* ids,
+                                     int64_t tokens, const uint16_t* table, int64_t vocab_start,
+                                     int64_t rows, int64_t hidden, cudaStream_t stream) {
+  if (tokens == 0) return;
+  embedding_kernel<<<unsigned(tokens), 128, 0, stream>>>(out, out_stride, ids, table, vocab_start,
+                                                         rows, hidden, 0);
+  NV_CUDA_CHECK("vocab_parallel_embedding", cudaGetLastError());
 }
 
 void launch_gather_rows(void* out, int64_t out_stride_bytes, const void* x, int64_t x_stride_bytes,

@@ -33,6 +33,11 @@ struct PagedKV {
 // out[t] = table[ids[t]] (an id outside [0, vocab) writes a NaN row).
 void launch_embedding(uint16_t* out, int64_t out_stride, const int32_t* ids, int64_t tokens,
                       const uint16_t* table, int64_t vocab, int64_t hidden, cudaStream_t stream);
+// One rank's vocab-parallel lookup: table holds the vocab rows [vocab_start, vocab_start + rows);
+// out[t] = table[ids[t] - vocab_start] for an id in that range, a zero row for any other.
+void launch_vocab_parallel_embedding(uint16_t* out, int64_t out_stride, const int32_t* ids,
+                                     int64_t tokens, const uint16_t* table, int64_t vocab_start,
+                                     int64_t rows, int64_t hidden, cudaStream_t stream);
 // out[b] = x[idx[b]] for rows of row_bytes bytes (even); strides in bytes.
 void launch_gather_rows(void* out, int64_t out_stride_bytes, const void* x, int64_t x_stride_bytes,
                         int64_t x_rows, const int32_t* idx, int64_t n, int64_t row_bytes,
