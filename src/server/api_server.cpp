@@ -74,6 +74,7 @@ class ApiServer {
     });
     loader_ = std::thread([this] { load(); });
     accept();
+    if (opts_.on_listening) opts_.on_listening(int(acceptor_.local_endpoint().port()));
     ioc_.run();
     return exit_code_;
   }
@@ -81,6 +82,7 @@ class ApiServer {
  private:
   void load() {
     try {
+      if (opts_.before_load) opts_.before_load();
       auto engine = std::make_unique<LLMEngine>(opts_.engine);
       engine->require_tokenizer();
       try {

@@ -5,6 +5,7 @@
 // listens at once and loads the model in the background (/health answers 503 until it is loaded).
 // SIGTERM or SIGINT: stop accepting, let running requests finish for up to shutdown_grace_s, abort
 // the rest, answer them, exit 0.
+#include <functional>
 #include <string>
 
 #include "nanovllm/config.h"
@@ -22,6 +23,11 @@ struct ServerOptions {
   SessionOptions session;
   RequestLimits limits;
   double shutdown_grace_s = 10;
+  // Hooks for in-process use (tests): on_listening gets the bound port once the server accepts
+  // connections; before_load runs on the loader thread before the model loads (a test holds the
+  // load back with it, to see the server answer while loading).
+  std::function<void(int port)> on_listening;
+  std::function<void()> before_load;
 };
 
 // Runs until SIGTERM / SIGINT; returns the process exit code (0 after a clean shutdown, 1 when the
