@@ -1,5 +1,7 @@
-// nanovllm bench: nano-vllm's bench.py workload, then the two roofline figures (single-sequence
-// decode against memory bandwidth, one 512-token prefill against bf16 peak) with napkin math.
+// nanovllm bench: nano-vllm's bench.py workload with the napkin math of its phases, then the two
+// roofline figures (single-sequence decode against memory bandwidth, one 512-token prefill
+// against bf16 peak); --sweep: workloads of 1, 4, 16, 32, 64 sequences of 128 + 128 tokens as a
+// table. Every fraction is of the ceilings measured in the same run.
 #include <chrono>
 #include <cstdio>
 
@@ -10,6 +12,7 @@
 #include "engine/llm_engine.h"
 #include "model/model_stats.h"
 #include "nanovllm/llm.h"
+#include "tools/bench_report.h"
 #include "tools/commands.h"
 #include "util/bench_workload.h"
 #include "util/python_random.h"
@@ -71,6 +74,7 @@ void add_bench(CLI::App& app, Commands& commands) {
     int num_seqs = 256, max_input_len = 1024, max_output_len = 1024, min_len = 100;
     uint64_t seed = 0;
     bool roofline = true;
+    bool sweep = false;
   };
   auto a = std::make_shared<Args>();
   add_engine_flags(*cmd, a->config);
@@ -80,62 +84,88 @@ void add_bench(CLI::App& app, Commands& commands) {
   cmd->add_option("--min-len", a->min_len, "prompt and output tokens at least");
   auto* seed = cmd->add_option("--seed", a->seed, "workload seed; given, it also seeds sampling (request i: seed + i), so runs repeat");
   cmd->add_flag("--no-roofline{false}", a->roofline, "skip the decode/prefill roofline figures");
+  cmd->add_flag("--sweep", a->sweep,
+                "instead of one workload: 1, 4, 16, 32 and 64 sequences of 128 prompt + 128 output "
+                "tokens, one table");
   on_run(cmd, commands, [a, seed] {
     a->config.show_progress = false;
-    BenchWorkload w = make_bench_workload(a->num_seqs, a->max_input_len, a->max_output_len,
-                                          a->min_len, a->seed);
     LLM llm(a->config);
     LLMEngine& engine = llm.engine();
     const ModelConfig& mc = engine.model_config();
+    const int64_t kv_elem = int64_t(dtype_size(engine.model_runner().kv_cache_dtype()));
 
     // Warm-up, as bench.py does.
     SamplingParams warm;
     warm.max_tokens = 16;
     llm.generate(std::vector<std::vector<int32_t>>{{1, 2, 3, 4, 5, 6, 7, 8}}, {warm});
 
-    std::vector<SamplingParams> params(w.prompts.size());
-    int64_t prompt_tokens = 0, output_tokens = 0;
-    for (size_t i = 0; i < w.prompts.size(); ++i) {
-      params[i].temperature = 0.6f;
-      params[i].ignore_eos = true;
-      params[i].max_tokens = w.max_tokens[i];
-      if (seed->count()) params[i].seed = a->seed + i;
-      prompt_tokens += int64_t(w.prompts[i].size());
-      output_tokens += w.max_tokens[i];
+    Ceilings ceilings;
+    if (engine.backend().device() == DeviceKind::CPU) {
+      cpu::ThreadPool pool(a->config.num_threads > 0 ? a->config.num_threads
+                                                     : int(std::thread::hardware_concurrency()));
+      ceilings.bandwidth_gbs = cpu::measure_read_bandwidth_gbs(pool);
+      ceilings.peak_gflops = cpu::measure_bf16_peak_gflops(pool, cpu::detect_gemm_isa());
     }
-    double t0 = now_seconds();
-    llm.generate(w.prompts, params);
-    double seconds = now_seconds() - t0;
-
-    nlohmann::json j;
-    j["num_seqs"] = a->num_seqs;
-    j["prompt_tokens"] = prompt_tokens;
-    j["output_tokens"] = output_tokens;
-    j["seconds"] = seconds;
-    j["output_tok_per_s"] = double(output_tokens) / seconds;
-    j["total_tok_per_s"] = double(prompt_tokens + output_tokens) / seconds;
-    j["device"] = engine.backend().describe();
-
     const double weight_gb = double(weight_bytes_per_decode_step(mc)) / 1e9;
     const double gflop_per_token = matmul_flops_per_token(mc) / 1e9;
-    std::fprintf(stderr, "workload: %d seqs, %lld prompt + %lld output tokens in %.2f s: %.1f output tok/s\n",
-                 a->num_seqs, (long long)prompt_tokens, (long long)output_tokens, seconds,
-                 double(output_tokens) / seconds);
     std::fprintf(stderr, "model: %.3f GB of bf16 weights read per decode step, %.3f GFLOP of matmul per prompt token\n",
                  weight_gb, gflop_per_token);
+    std::fprintf(stderr, "ceilings measured now: %.1f GB/s read bandwidth, %.1f GFLOP/s bf16 peak (%s)\n",
+                 ceilings.bandwidth_gbs, ceilings.peak_gflops, engine.backend().describe().c_str());
+
+    auto run = [&](const BenchWorkload& w) {
+      WorkloadRun r;
+      r.num_seqs = int(w.prompts.size());
+      std::vector<SamplingParams> params(w.prompts.size());
+      for (size_t i = 0; i < w.prompts.size(); ++i) {
+        params[i].temperature = 0.6f;
+        params[i].ignore_eos = true;
+        params[i].max_tokens = w.max_tokens[i];
+        if (seed->count()) params[i].seed = a->seed + i;
+        r.prompt_lens.push_back(int(w.prompts[i].size()));
+        r.output_lens.push_back(w.max_tokens[i]);
+      }
+      const double t0 = now_seconds();
+      llm.generate(w.prompts, params, nullptr, [&](const GenerateProgress& p) { r.progress = p; });
+      r.seconds = now_seconds() - t0;
+      return phase_figures(mc, r, kv_elem, ceilings);
+    };
+
+    nlohmann::json j;
+    j["device"] = engine.backend().describe();
+    j["mem_bandwidth_gbs"] = ceilings.bandwidth_gbs;
+    j["bf16_peak_gflops"] = ceilings.peak_gflops;
+    if (a->sweep) {
+      const std::vector<int> sweep = {1, 4, 16, 32, 64};
+      std::vector<PhaseFigures> rows;
+      nlohmann::json table = nlohmann::json::array();
+      for (int n : sweep) {
+        rows.push_back(run(make_bench_workload(n, 128, 128, 128, a->seed)));
+        std::fprintf(stderr, "%d seqs x (128 + 128) tokens: %.1f total tok/s\n", n, rows.back().total_tok_s);
+        print_phases(rows.back(), ceilings, weight_gb);
+        nlohmann::json row = phases_json(rows.back(), ceilings);
+        row["num_seqs"] = n;
+        table.push_back(row);
+      }
+      print_sweep_table(rows, sweep, ceilings);
+      j["sweep"] = table;
+      std::printf("%s\n", j.dump().c_str());
+      return 0;
+    }
+    const PhaseFigures f = run(make_bench_workload(a->num_seqs, a->max_input_len, a->max_output_len,
+                                                   a->min_len, a->seed));
+    j.update(phases_json(f, ceilings));
+    j["num_seqs"] = a->num_seqs;
+    j["seconds"] = double(f.prompt_tokens + f.output_tokens) / f.total_tok_s;
+    std::fprintf(stderr, "workload: %d seqs, %lld prompt + %lld output tokens in %.2f s: %.1f output tok/s, %.1f total tok/s\n",
+                 a->num_seqs, (long long)f.prompt_tokens, (long long)f.output_tokens,
+                 j["seconds"].get<double>(), f.output_tok_s, f.total_tok_s);
+    print_phases(f, ceilings, weight_gb);
     if (a->roofline) {
       Roofline r = measure_roofline(engine, a->seed);
-      double bw = 0, peak = 0;
-      if (engine.backend().device() == DeviceKind::CPU) {
-        cpu::ThreadPool pool(a->config.num_threads > 0 ? a->config.num_threads
-                                                       : int(std::thread::hardware_concurrency()));
-        bw = cpu::measure_read_bandwidth_gbs(pool);
-        peak = cpu::measure_bf16_peak_gflops(pool, cpu::detect_gemm_isa());
-      }
+      const double bw = ceilings.bandwidth_gbs, peak = ceilings.peak_gflops;
       const double decode_gbs = weight_gb / r.decode_seconds_per_token;
       const double prefill_gflops = gflop_per_token * r.prefill_tokens / r.prefill_seconds;
-      j["mem_bandwidth_gbs"] = bw;
-      j["bf16_peak_gflops"] = peak;
       j["decode_1seq_ms_per_token"] = r.decode_seconds_per_token * 1e3;
       j["decode_1seq_weight_gbs"] = decode_gbs;
       j["decode_bandwidth_fraction"] = bw > 0 ? decode_gbs / bw : 0.0;

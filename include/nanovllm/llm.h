@@ -45,6 +45,7 @@ struct GenerateProgress {
   int num_finished = 0;
   int num_total = 0;
   int64_t num_steps = 0;
+  int64_t num_decode_steps = 0;  // steps without prompt tokens (the others count as prefill)
   int64_t num_prefill_tokens = 0, num_decode_tokens = 0;
   double prefill_seconds = 0, decode_seconds = 0;
 };

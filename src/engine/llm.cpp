@@ -98,6 +98,7 @@ std::vector<GenerationOutput> LLM::generate(const std::vector<std::vector<int32_
       progress.num_prefill_tokens += s.num_prefill_tokens;
       progress.num_decode_tokens += s.num_decode_tokens;
       (s.num_prefill_tokens > 0 ? progress.prefill_seconds : progress.decode_seconds) += dt;
+      if (s.num_prefill_tokens == 0 && s.num_decode_tokens > 0) ++progress.num_decode_steps;
     });
     std::mutex mu;
     std::condition_variable cv;

@@ -1,6 +1,7 @@
 #pragma once
 // Napkin math of a model: bytes a decode step reads and FLOPs a token costs.
 #include <cstdint>
+#include <vector>
 
 #include "model/hf_config.h"
 
@@ -21,5 +22,48 @@ inline int64_t weight_bytes_per_decode_step(const ModelConfig& c) {
 
 // Matmul FLOPs of one prompt token (2 per multiply-add; attention and lm_head excluded).
 inline double matmul_flops_per_token(const ModelConfig& c) { return 2.0 * double(decoder_linear_params(c)); }
+
+// FLOPs of the lm_head for one sampled token.
+inline double lm_head_flops(const ModelConfig& c) { return 2.0 * double(c.vocab_size) * c.hidden_size; }
+
+// Attention FLOPs of one query over `context` keys, all layers (q.k and p.v: 4 per head dim).
+inline double attention_flops(const ModelConfig& c, double context) {
+  return 4.0 * c.num_hidden_layers * c.num_attention_heads * c.head_dim * context;
+}
+
+// KV cache bytes of one token, all layers, k and v, `elem` bytes per element.
+inline int64_t kv_bytes_per_token(const ModelConfig& c, int64_t elem) {
+  return 2 * int64_t(c.num_hidden_layers) * c.num_key_value_heads * c.head_dim * elem;
+}
+
+// The work of a generate over sequences of prompt[i] tokens and output[i] tokens (ignore_eos),
+// split as the engine runs it: the prompts (the first output token is sampled from the prompt's
+// last position), then output - 1 decode tokens per sequence, the one of output token j
+// attending to prompt + j keys.
+struct PhaseWork {
+  double prefill_flops = 0;    // matmuls of every prompt token, causal attention, the lm_head of
+                               // each prompt's last token
+  double decode_tokens = 0;
+  double decode_flops = 0;     // matmuls, attention and lm_head of every decode token
+  double decode_kv_bytes = 0;  // KV read by the decode tokens' attention
+};
+
+inline PhaseWork phase_work(const ModelConfig& c, const std::vector<int>& prompt,
+                            const std::vector<int>& output, int64_t kv_elem_bytes) {
+  PhaseWork w;
+  const double kvb = double(kv_bytes_per_token(c, kv_elem_bytes));
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    const double p = prompt[i], o = output[i];
+    // causal prefill: query t (0-based) attends to t + 1 keys: sum = p (p + 1) / 2
+    w.prefill_flops += p * matmul_flops_per_token(c) + attention_flops(c, p * (p + 1) / 2) + lm_head_flops(c);
+    if (o <= 1) continue;
+    // decode token j = 1..o-1 attends to p + j keys: sum = (o - 1) p + (o - 1) o / 2
+    const double keys = (o - 1) * p + (o - 1) * o / 2;
+    w.decode_tokens += o - 1;
+    w.decode_flops += (o - 1) * (matmul_flops_per_token(c) + lm_head_flops(c)) + attention_flops(c, keys);
+    w.decode_kv_bytes += keys * kvb;
+  }
+  return w;
+}
 
 }  // namespace nanovllm

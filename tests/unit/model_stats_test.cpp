@@ -1,0 +1,53 @@
+// The bench's napkin math (model/model_stats.h) against counting it out token by token.
+#include <gtest/gtest.h>
+
+#include "model/model_stats.h"
+
+namespace nanovllm {
+namespace {
+
+ModelConfig qwen3_06b() {
+  ModelConfig c;
+  c.hidden_size = 1024;
+  c.intermediate_size = 3072;
+  c.num_hidden_layers = 28;
+  c.num_attention_heads = 16;
+  c.num_key_value_heads = 8;
+  c.head_dim = 128;
+  c.vocab_size = 151936;
+  return c;
+}
+
+TEST(ModelStats, Qwen3_06bFigures) {
+  const ModelConfig c = qwen3_06b();
+  // q 2048, k/v 1024 each, o 2048 x 1024, gate/up/down 3 x 3072 x 1024, per layer
+  EXPECT_EQ(decoder_linear_params(c), 28LL * ((2048 + 2048) * 1024 + 1024 * 2048 + 3 * 3072 * 1024));
+  EXPECT_EQ(kv_bytes_per_token(c, 2), 2LL * 28 * 8 * 128 * 2);  // 114688
+  // 0.596 GB of weights + 0.311 GB of lm_head, in bf16: ~1.19 GB per decode step
+  EXPECT_NEAR(double(weight_bytes_per_decode_step(c)) / 1e9, 1.192, 0.002);
+}
+
+TEST(ModelStats, PhaseWorkCountsEveryToken) {
+  const ModelConfig c = qwen3_06b();
+  const std::vector<int> prompt = {5, 128, 1}, output = {3, 128, 1};
+  const PhaseWork w = phase_work(c, prompt, output, 2);
+  double prefill = 0, decode = 0, kv = 0, tokens = 0;
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    for (int t = 0; t < prompt[i]; ++t) prefill += matmul_flops_per_token(c) + attention_flops(c, t + 1);
+    prefill += lm_head_flops(c);
+    for (int j = 1; j < output[i]; ++j) {  // the token at position prompt + j - 1
+      const int keys = prompt[i] + j;
+      decode += matmul_flops_per_token(c) + lm_head_flops(c) + attention_flops(c, keys);
+      kv += double(keys) * double(kv_bytes_per_token(c, 2));
+      tokens += 1;
+    }
+  }
+  EXPECT_DOUBLE_EQ(w.prefill_flops, prefill);
+  EXPECT_DOUBLE_EQ(w.decode_flops, decode);
+  EXPECT_DOUBLE_EQ(w.decode_kv_bytes, kv);
+  EXPECT_DOUBLE_EQ(w.decode_tokens, tokens);
+  EXPECT_DOUBLE_EQ(w.decode_tokens, 2 + 127);
+}
+
+}  // namespace
+}  // namespace nanovllm

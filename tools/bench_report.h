@@ -1,0 +1,52 @@
+#pragma once
+// nanovllm bench's napkin math: each phase of a workload (prefill, decode) against this
+// machine's ceilings measured in the same run (read bandwidth, bf16 peak), and the sweep table.
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "model/hf_config.h"
+#include "model/model_stats.h"
+#include "nanovllm/llm.h"
+
+namespace nanovllm::cli {
+
+struct Ceilings {
+  double bandwidth_gbs = 0;  // 0: not measured (not the CPU)
+  double peak_gflops = 0;
+};
+
+// One workload as run: its shape, its wall time and the engine's per-phase counters.
+struct WorkloadRun {
+  int num_seqs = 0;
+  std::vector<int> prompt_lens, output_lens;
+  double seconds = 0;
+  GenerateProgress progress;
+};
+
+// The figures of one run, per phase: achieved rates, fractions of the ceilings, and the bound
+// (each phase at the larger of its bytes / bandwidth and its FLOPs / peak).
+struct PhaseFigures {
+  int64_t prompt_tokens = 0, output_tokens = 0;
+  double output_tok_s = 0, total_tok_s = 0;
+  PhaseWork work;
+  double prefill_seconds = 0, decode_seconds = 0;
+  int64_t decode_steps = 0;
+  double prefill_gflops = 0;  // achieved
+  double decode_bytes = 0;    // weights once per decode step + the KV the decode tokens read
+  double decode_gbs = 0, decode_gflops = 0;
+  double bound_seconds = 0;   // 0 when the ceilings are unknown
+  double bound_total_tok_s = 0;
+};
+
+PhaseFigures phase_figures(const ModelConfig& c, const WorkloadRun& run, int64_t kv_elem_bytes,
+                           const Ceilings& ceilings);
+// Human lines (stderr) and the JSON fields of one run's phases.
+void print_phases(const PhaseFigures& f, const Ceilings& ceilings, double weight_gb);
+nlohmann::json phases_json(const PhaseFigures& f, const Ceilings& ceilings);
+// The sweep's table (stdout is kept for the JSON: this goes to stderr).
+void print_sweep_table(const std::vector<PhaseFigures>& rows, const std::vector<int>& seqs,
+                       const Ceilings& ceilings);
+
+}  // namespace nanovllm::cli
