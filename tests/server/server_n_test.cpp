@@ -1,6 +1,7 @@
 // n > 1 through the server: one engine request per prompt, its n samples sharing the prompt's KV
 // blocks (read from /metrics), choices 0..n-1 whole or streamed with their index, usage counting
 // the prompt once and every choice's tokens, and stop strings applied to each choice alone.
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "server/server_fixture.h"
@@ -66,7 +67,10 @@ std::map<int, StreamedChoice> collect(const std::string& body, Json* usage) {
 
 std::string prompt_tokens(int len) {
   std::string p = "[";
-  for (int i = 0; i < len; ++i) p += (i ? "," : "") + std::to_string(500 + 3 * i);
+  for (int i = 0; i < len; ++i) {
+    if (i) p += ',';
+    p += std::to_string(500 + 3 * i);
+  }
   return p + "]";
 }
 
@@ -181,6 +185,52 @@ TEST(ServerN, ChoicesShareThePromptAndAddUp) {
   // Everything freed.
   EXPECT_EQ(metric(port, "num_requests_running"), 0);
   EXPECT_EQ(metric(port, "kv_cache_usage_perc"), 0);
+  EXPECT_EQ(server.stop(SIGTERM), 0) << server.log();
+}
+
+TEST(ServerN, ADisconnectedStreamAbortsEverySample) {
+  const std::string model = test::tiny_text_model();
+  test::ServerProcess server(model, {"--kv-cache-memory", "16777216", "--max-model-len", "2048"});
+  ASSERT_TRUE(server.ready()) << server.log();
+  const int port = server.port();
+  auto num_aborted = [&] {
+    const std::string text = test::http_call(port, "GET", "/metrics", "", {}).body;
+    const std::string key = "finished_reason=\"abort\"} ";
+    const size_t at = text.find(key);
+    return at == std::string::npos ? -1.0 : std::atof(text.c_str() + at + key.size());
+  };
+  ASSERT_EQ(num_aborted(), 0);
+  {
+    namespace net = boost::asio;
+    net::io_context ioc;
+    net::ip::tcp::socket sock(ioc);
+    sock.connect({net::ip::make_address("127.0.0.1"), uint16_t(port)});
+    const std::string body = R"({"prompt": )" + prompt_tokens(40) +
+                             R"(, "n": 3, "max_tokens": 1900, "ignore_eos": true, "stream": true})";
+    std::string request = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n";
+    request += fmt::format("Content-Length: {}\r\n\r\n", body.size());
+    request += body;
+    net::write(sock, net::buffer(request));
+    // Read until every sample runs (3 sequences), then hang up.
+    std::string got;
+    char buf[4096];
+    for (int i = 0; i < 2000 && metric(port, "num_requests_running") < 3; ++i) {
+      got.append(buf, sock.read_some(net::buffer(buf)));
+    }
+    ASSERT_EQ(metric(port, "num_requests_running"), 3) << got.substr(0, 300);
+    EXPECT_GT(metric(port, "kv_cache_usage_perc"), 0);
+  }  // closed
+  double running = -1, usage = -1;
+  for (int i = 0; i < 100; ++i) {  // within 1 s
+    running = metric(port, "num_requests_running");
+    usage = metric(port, "kv_cache_usage_perc");
+    if (running == 0 && usage == 0) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(running, 0);
+  EXPECT_EQ(usage, 0) << "every block freed";
+  EXPECT_EQ(num_aborted(), 3) << "each sample ends with abort";
+  EXPECT_EQ(test::http_call(port, "GET", "/health", "", {}).status, 200);
   EXPECT_EQ(server.stop(SIGTERM), 0) << server.log();
 }
 
