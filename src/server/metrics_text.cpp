@@ -66,7 +66,8 @@ std::string render_metrics(const EngineMetrics& m, const std::string& model_name
   sample(out, "prompt_tokens_total", labels, double(m.prompt_tokens_total));
   header(out, "generation_tokens_total", "counter", "Number of generation tokens processed.");
   sample(out, "generation_tokens_total", labels, double(m.generation_tokens_total));
-  header(out, "request_success_total", "counter", "Count of finished requests by finish reason.");
+  header(out, "request_success_total", "counter",
+         "Count of finished requests by finish reason (each of a request's n samples counts).");
   for (const char* reason : {"stop", "length", "abort", "error"}) {
     auto it = m.request_success_total.find(reason);
     sample(out, "request_success_total", labels + ",finished_reason=\"" + reason + "\"",
