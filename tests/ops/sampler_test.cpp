@@ -106,6 +106,48 @@ TEST(Sampler, EveryFieldMatchesReference) {
   }
 }
 
+// Top-k over a large vocabulary whose logits take few distinct values (ties everywhere, in and
+// across the running bound of the candidate pass), and argmax / scaling with NaN, +-inf and
+// signed zeros, against the reference.
+TEST(Sampler, TopKWithManyTiesMatchesReference) {
+  cpu::CpuBackend be(2);
+  std::mt19937 rng(11);
+  const int64_t vocab = 30011;  // odd: the vector passes leave a tail
+  // Rising with the index and quantized to 1/16: the best tokens come late (the bound moves
+  // many times) and tie in groups; every 4th row takes values from a set of 8 instead.
+  const float values[] = {-3.0f, -1.0f, -0.0f, 0.0f, 0.5f, 0.5f, 1.0f, 2.0f};
+  std::normal_distribution<float> noise(0.0f, 1.0f);
+  std::vector<float> logits(size_t(24 * vocab));
+  for (int64_t b = 0; b < 24; ++b) {
+    for (int64_t i = 0; i < vocab; ++i) {
+      logits[size_t(b * vocab + i)] =
+          b % 4 == 3 ? values[rng() % 8] : std::round((8.0f * float(i) / float(vocab) + noise(rng)) * 16.0f) / 16.0f;
+    }
+  }
+  for (int64_t b = 0; b < 24; ++b) {  // sprinkle non-finite values
+    logits[size_t(b * vocab + int64_t(rng() % vocab))] = NAN;
+    logits[size_t(b * vocab + int64_t(rng() % vocab))] = -INFINITY;
+  }
+  logits[size_t(5 * vocab + 17)] = INFINITY;
+  std::vector<Case> cases;
+  const int top_ks[] = {1, 3, 20, 700, 2047, 2048, 2049, 9000};
+  const float temps[] = {0.0f, 0.6f, 1e-3f, 1e-40f};
+  for (int64_t b = 0; b < 24; ++b) {
+    Case c;
+    c.temperature = temps[b % 4];
+    c.top_k = top_ks[b % 8];
+    if (b % 3 == 0) c.top_p = 0.9f;
+    c.seed = 99 + uint64_t(b);
+    c.offset = b;
+    cases.push_back(c);
+  }
+  const std::vector<int32_t> got = cpu_sample(be, logits, vocab, cases);
+  for (int64_t b = 0; b < 24; ++b) {
+    EXPECT_EQ(got[size_t(b)], ref::sample(row_of(logits, vocab, b), cases[size_t(b)]))
+        << "row " << b << " top_k " << cases[size_t(b)].top_k << " T " << cases[size_t(b)].temperature;
+  }
+}
+
 // Each field changes the outcome the way it should (and CPU == reference throughout).
 struct FieldCheck {
   std::vector<int32_t> cpu, ref;

@@ -7,7 +7,15 @@
 //   - top-p over the whole vocabulary sorts only the tokens with d_i >= t, t widening from -2 to
 //     -54 (then all), until their mass can reach top_p * z: they are the first tokens of the
 //     full order, so the cut is the one a full sort finds.
+//   - top-k over the whole vocabulary collects candidates above a running bound (the d of the
+//     k-th best kept so far, AVX2 compares) and keeps the best k of them: a later token equal to
+//     the bound loses its tie to the kept one of lower index, so the set is the full order's.
+// The passes over the vocabulary (maximum, first index of the maximum, d, the top-k bound) run
+// on AVX2 (the CPU backend's baseline) and give the scalar expressions' values exactly.
 // Processing (penalties, bias, masks) touches only the tokens of the sequence's TokenAdjust table.
+#pragma GCC target("avx2,fma")
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -36,17 +44,49 @@ struct Better {
   bool operator()(int32_t a, int32_t b) const { return d[a] > d[b] || (d[a] == d[b] && a < b); }
 };
 
+// max over i of clean_logit(x[i]) (NaN counts as -inf).
+float max_clean(const float* x, int64_t n) {
+  __m256 best = _mm256_set1_ps(-INFINITY);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) best = _mm256_max_ps(_mm256_loadu_ps(x + i), best);  // NaN: keeps best
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, best);
+  float m = -INFINITY;
+  for (float l : lanes) m = l > m ? l : m;
+  for (; i < n; ++i) m = x[i] > m ? x[i] : m;  // false for NaN
+  return m;
+}
+
 // First index of the maximum, NaN counting as -inf (all -inf / NaN: 0).
 int32_t argmax(const float* x, int64_t n) {
-  int64_t best = 0;
-  float bv = clean_logit(x[0]);
-  for (int64_t i = 1; i < n; ++i) {
-    if (x[i] > bv) {  // false for NaN
-      best = i;
-      bv = x[i];
+  const float m = max_clean(x, n);
+  if (m == -INFINITY) return 0;
+  const __m256 mv = _mm256_set1_ps(m);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const int mask = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + i), mv, _CMP_EQ_OQ));
+    if (mask != 0) return int32_t(i + __builtin_ctz(unsigned(mask)));
+  }
+  for (; i < n; ++i) {
+    if (x[i] == m) return int32_t(i);
+  }
+  return 0;  // unreachable: m is one of the x
+}
+
+// d[i] = scaled_logit(clean_logit(y[i]), m, temperature) for i < n; m = max_clean(y) finite or
+// +inf. The vector lanes compute the same IEEE subtraction and division as the scalar form.
+void scale_all(float* d, const float* y, int64_t n, float m, float temperature) {
+  int64_t i = 0;
+  if (m != INFINITY) {
+    const __m256 mv = _mm256_set1_ps(m), tv = _mm256_set1_ps(temperature);
+    const __m256 ninf = _mm256_set1_ps(-INFINITY);
+    for (; i + 8 <= n; i += 8) {
+      __m256 v = _mm256_loadu_ps(y + i);
+      v = _mm256_blendv_ps(ninf, v, _mm256_cmp_ps(v, v, _CMP_ORD_Q));  // NaN -> -inf
+      _mm256_storeu_ps(d + i, _mm256_div_ps(_mm256_sub_ps(v, mv), tv));
     }
   }
-  return int32_t(best);
+  for (; i < n; ++i) d[i] = scaled_logit(clean_logit(y[i]), m, temperature);
 }
 
 // argmax over `kept` of the race score; ties: lowest index.
@@ -107,6 +147,38 @@ std::vector<int32_t> top_k_indices(const float* d, int64_t v, const std::vector<
   return out;
 }
 
+// The top_k best of the whole vocabulary [0, v) by (d desc, index asc), sorted so: candidates
+// above a running bound (see the top of the file), then top_k_indices over them.
+std::vector<int32_t> top_k_all(const float* d, int64_t v, int64_t k, std::vector<int32_t>& buf) {
+  const int64_t cap = std::max<int64_t>(4 * k, 2048);
+  if (v <= cap) return top_k_indices(d, v, nullptr, k);
+  buf.clear();
+  int64_t i = 0;
+  for (; i < cap; ++i) buf.push_back(int32_t(i));
+  // Keeps the best k of buf; returns the d of the k-th (a later token must beat it strictly).
+  auto shrink = [&] {
+    std::nth_element(buf.begin(), buf.begin() + (k - 1), buf.end(), Better{d});
+    buf.resize(size_t(k));
+    float worst = d[buf[0]];
+    for (int32_t j : buf) worst = std::min(worst, d[j]);
+    return worst;
+  };
+  float bound = shrink();
+  for (; i + 8 <= v; i += 8) {
+    const __m256 bv = _mm256_set1_ps(bound);
+    unsigned mask = unsigned(_mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(d + i), bv, _CMP_GT_OQ)));
+    while (mask != 0) {
+      buf.push_back(int32_t(i + __builtin_ctz(mask)));
+      mask &= mask - 1;
+    }
+    if (int64_t(buf.size()) >= cap) bound = shrink();
+  }
+  for (; i < v; ++i) {
+    if (d[i] > bound) buf.push_back(int32_t(i));
+  }
+  return top_k_indices(d, v, &buf, k);
+}
+
 // Shortest prefix of `sorted` whose cumulative exp(d) reaches top_p * z; false if the whole list
 // does not reach it.
 bool top_p_cut(const float* d, std::vector<int32_t>& sorted, double z, float top_p) {
@@ -124,13 +196,14 @@ bool top_p_cut(const float* d, std::vector<int32_t>& sorted, double z, float top
 
 // The token of one sequence; y holds its processed logits (step 1) but for NaN, which counts as
 // -inf here; d is scratch.  y, d: [v]
-int32_t sample_processed(const float* y, int64_t v, const SampleParams& p, std::vector<float>& dbuf) {
+int32_t sample_processed(const float* y, int64_t v, const SampleParams& p, std::vector<float>& dbuf,
+                         std::vector<int32_t>& cbuf) {
   if (p.temperature == 0.0f) return argmax(y, v);
-  const float m = clean_logit(y[argmax(y, v)]);
+  const float m = max_clean(y, v);
   if (m == -INFINITY) return 0;  // every logit -inf or NaN
   dbuf.resize(size_t(v));
   float* d = dbuf.data();
-  for (int64_t i = 0; i < v; ++i) d[i] = scaled_logit(clean_logit(y[i]), m, p.temperature);
+  scale_all(d, y, v, m, p.temperature);
   const bool use_min_p = p.min_p > 0.0f;
   const bool use_top_k = p.top_k > 0 && p.top_k < v;
   const bool use_top_p = p.top_p < 1.0f;
@@ -144,7 +217,7 @@ int32_t sample_processed(const float* y, int64_t v, const SampleParams& p, std::
   const std::vector<int32_t>* cand_ptr = use_min_p ? &cand : nullptr;
   std::vector<int32_t> kept;  // sorted by Better
   if (use_top_k && (!use_min_p || int64_t(cand.size()) > p.top_k)) {
-    kept = top_k_indices(d, v, cand_ptr, p.top_k);
+    kept = use_min_p ? top_k_indices(d, v, cand_ptr, p.top_k) : top_k_all(d, v, p.top_k, cbuf);
   } else if (!use_top_p) {
     return race(d, cand, p);  // min_p alone (or top_k keeping all its survivors)
   } else if (use_min_p) {
@@ -211,6 +284,7 @@ void CpuBackend::sample(Tensor out, Tensor logits, const ForwardBatch& batch) {
            hb.top_p.size());
   parallel_rows(num, 4 * v, [&](int64_t begin, int64_t end) {
     std::vector<float> ybuf, dbuf;
+    std::vector<int32_t> cbuf;
     for (int64_t b = begin; b < end; ++b) {
       SampleParams p{hb.temperatures[size_t(b)], hb.top_k.empty() ? 0 : hb.top_k[size_t(b)],
                      hb.top_p.empty() ? 1.0f : hb.top_p[size_t(b)], sb.min_p_of(b),
@@ -230,7 +304,7 @@ void CpuBackend::sample(Tensor out, Tensor logits, const ForwardBatch& batch) {
         }
         y = ybuf.data();
       }
-      out.ptr<int32_t>()[b] = sample_processed(y, v, p, dbuf);
+      out.ptr<int32_t>()[b] = sample_processed(y, v, p, dbuf, cbuf);
     }
   });
 }
