@@ -11,6 +11,7 @@ packages=(build-essential cmake ninja-build pkg-config nlohmann-json3-dev libxxh
           python3-dev pybind11-dev python3-pytest python3-pip python3-venv python3-setuptools  # python/
           clang-14 libclang-rt-14-dev  # scripts/fuzz.sh: libFuzzer with ASan/UBSan
           libboost1.81-dev  # src/server: Boost.Beast/Asio (nanovllm serve, bench-serve)
+          python3-numpy  # scripts/llama_cpp: the bf16 GGUF converter (llama.cpp yardstick)
           chromium)  # chromium: the chat page test (tests/server/chat_page_test.cpp)
 missing=()
 for p in "${packages[@]}"; do

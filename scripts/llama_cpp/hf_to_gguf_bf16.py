@@ -1,0 +1,267 @@
+#!/usr/bin/env python3
+"""Converts a Hugging Face Qwen3 (or Qwen2) folder in bf16 to a bf16 GGUF file for llama.cpp.
+
+A yardstick tool: it lets llama.cpp run the very weights nanovllm runs (scripts/llama_cpp/
+side_by_side.sh). It needs only the standard library, numpy and the `gguf` package found in the
+llama.cpp checkout given (gguf-py/), not torch or transformers.
+
+  hf_to_gguf_bf16.py --llama-cpp /work/llama.cpp MODEL_DIR OUT.gguf
+
+Weights keep their bf16 bits (GGML type BF16); 1-D tensors (the RMSNorm weights, biases) become
+f32, exactly (bf16 is the top half of an f32), as llama.cpp's own converter does.
+"""
+
+import argparse
+import json
+import os
+import struct
+import sys
+from pathlib import Path
+
+import numpy as np
+
+# Hugging Face's per-layer names -> llama.cpp's (gguf-py constants.py, MODEL_TENSOR names).
+LAYER_NAMES = {
+    "input_layernorm": "attn_norm",
+    "self_attn.q_proj": "attn_q",
+    "self_attn.k_proj": "attn_k",
+    "self_attn.v_proj": "attn_v",
+    "self_attn.o_proj": "attn_output",
+    "self_attn.q_norm": "attn_q_norm",
+    "self_attn.k_norm": "attn_k_norm",
+    "post_attention_layernorm": "ffn_norm",
+    "mlp.gate_proj": "ffn_gate",
+    "mlp.up_proj": "ffn_up",
+    "mlp.down_proj": "ffn_down",
+}
+GLOBAL_NAMES = {
+    "model.embed_tokens": "token_embd",
+    "model.norm": "output_norm",
+    "lm_head": "output",
+}
+ARCHES = {"Qwen3ForCausalLM": "qwen3", "Qwen2ForCausalLM": "qwen2"}
+gguf = None  # the gguf module of the llama.cpp checkout, imported in main()
+
+
+def die(msg):
+    sys.exit(f"hf_to_gguf_bf16: {msg}")
+
+
+def read_json(path):
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except FileNotFoundError:
+        die(f"{path} is missing")
+    except json.JSONDecodeError as e:
+        die(f"{path} is not valid JSON: {e}")
+
+
+def safetensors_tensors(path):
+    """Yields (name, numpy view) for each tensor of one .safetensors file, memory-mapped.
+
+    The format: an 8-byte little-endian header length, a JSON header
+    {name: {dtype, shape, data_offsets: [begin, end]}} (offsets relative to the data after it).
+    bf16 tensors come back as uint16 arrays holding the raw bits.
+    """
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        head = f.read(8)
+        if len(head) != 8:
+            die(f"{path}: too short for a safetensors header")
+        (n,) = struct.unpack("<Q", head)
+        if n > size - 8:
+            die(f"{path}: header length {n} runs past the file ({size} bytes)")
+        header = json.loads(f.read(n))
+    data = np.memmap(path, dtype=np.uint8, mode="r", offset=8 + n)
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        dtype, shape, (begin, end) = info["dtype"], info["shape"], info["data_offsets"]
+        if dtype == "BF16":
+            np_dtype = np.uint16
+        elif dtype == "F32":
+            np_dtype = np.float32
+        else:
+            die(f"{path}: tensor {name} is {dtype}; this converter takes bf16 (or f32) checkpoints")
+        count = int(np.prod(shape)) if shape else 1
+        if end - begin != count * np.dtype(np_dtype).itemsize or end > data.size:
+            die(f"{path}: tensor {name}: offsets [{begin}, {end}) do not match shape {shape} {dtype}")
+        yield name, dtype, data[begin:end].view(np_dtype).reshape(shape)
+
+
+def gguf_name(hf_name):
+    """model.layers.3.mlp.up_proj.weight -> blk.3.ffn_up.weight; None for names we do not know."""
+    stem, _, suffix = hf_name.rpartition(".")
+    if suffix not in ("weight", "bias"):
+        return None
+    if stem in GLOBAL_NAMES:
+        return f"{GLOBAL_NAMES[stem]}.{suffix}"
+    parts = stem.split(".", 3)
+    if len(parts) == 4 and parts[0] == "model" and parts[1] == "layers" and parts[3] in LAYER_NAMES:
+        return f"blk.{int(parts[2])}.{LAYER_NAMES[parts[3]]}.{suffix}"
+    return None
+
+
+def bf16_to_f32(bits):
+    """bf16 bits (uint16) -> float32 with the same value (bf16 is the top 16 bits of an f32)."""
+    return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+def load_vocab(model_dir, vocab_size):
+    """Tokens, token types and merges in llama.cpp's 'gpt2' (byte-level BPE) form."""
+    tok = read_json(model_dir / "tokenizer.json")
+    model = tok.get("model", {})
+    if model.get("type") != "BPE":
+        die(f"tokenizer.json: model type {model.get('type')!r}; only byte-level BPE is handled")
+    by_id = {i: t for t, i in model["vocab"].items()}
+    added = {a["id"]: a for a in tok.get("added_tokens", [])}
+    top = max(list(by_id) + list(added)) if by_id or added else -1
+    if top >= vocab_size:
+        die(f"tokenizer.json has token id {top}, past the model's vocab_size {vocab_size}")
+    TokenType = gguf.TokenType
+    tokens, types = [], []
+    for i in range(vocab_size):  # the embedding has vocab_size rows: pad the ids no token uses
+        if i in added:
+            a = added[i]
+            tokens.append(a["content"])
+            types.append(TokenType.CONTROL if a.get("special") else TokenType.USER_DEFINED)
+        elif i in by_id:
+            tokens.append(by_id[i])
+            types.append(TokenType.NORMAL)
+        else:
+            tokens.append(f"[PAD{i}]")
+            types.append(TokenType.UNUSED)
+    # merges are "a b" strings in older tokenizer.json files and [a, b] pairs in newer ones
+    merges = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges", [])]
+    return tokens, types, merges, tok
+
+
+def special_ids(model_dir, config, tok):
+    """bos/eos/pad ids: tokenizer_config.json's tokens by content first, else config.json's ids."""
+    content_to_id = {a["content"]: a["id"] for a in tok.get("added_tokens", [])}
+    tc_path = model_dir / "tokenizer_config.json"
+    tc = read_json(tc_path) if tc_path.exists() else {}
+    gen_path = model_dir / "generation_config.json"
+    gen = read_json(gen_path) if gen_path.exists() else {}
+    ids = {}
+    for kind in ("bos", "eos", "pad"):
+        content = tc.get(f"{kind}_token")
+        if isinstance(content, dict):
+            content = content.get("content")
+        value = content_to_id.get(content) if content else None
+        if value is None:
+            value = config.get(f"{kind}_token_id", gen.get(f"{kind}_token_id"))
+        if isinstance(value, list):
+            value = value[0] if value else None
+        if value is not None:
+            ids[kind] = int(value)
+    return ids, bool(tc.get("add_bos_token", False))
+
+
+def convert(model_dir, out_path):
+    config = read_json(model_dir / "config.json")
+    archs = config.get("architectures") or []
+    if not archs or archs[0] not in ARCHES:
+        die(f"{model_dir}/config.json: architectures {archs}; handled: {sorted(ARCHES)}")
+    arch = ARCHES[archs[0]]
+    if config.get("rope_scaling"):
+        die(f"config.json: rope_scaling {config['rope_scaling']} is not handled (plain RoPE only)")
+    hidden = config["hidden_size"]
+    n_heads = config["num_attention_heads"]
+    head_dim = config.get("head_dim") or hidden // n_heads
+    n_layers = config["num_hidden_layers"]
+    vocab_size = config["vocab_size"]
+    tied = config.get("tie_word_embeddings", False)
+
+    files = sorted(model_dir.glob("*.safetensors"))
+    if not files:
+        die(f"{model_dir} has no .safetensors file")
+
+    tmp_path = out_path.with_name(out_path.name + ".tmp")  # renamed when complete
+    w = gguf.GGUFWriter(str(tmp_path), arch)
+    w.add_name(model_dir.name)
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_BF16)
+    w.add_block_count(n_layers)
+    w.add_context_length(config.get("max_position_embeddings", 4096))
+    w.add_embedding_length(hidden)
+    w.add_feed_forward_length(config["intermediate_size"])
+    w.add_head_count(n_heads)
+    w.add_head_count_kv(config.get("num_key_value_heads", n_heads))
+    w.add_key_length(head_dim)
+    w.add_value_length(head_dim)
+    w.add_rope_dimension_count(head_dim)
+    w.add_rope_freq_base(float(config.get("rope_theta", 10000.0)))
+    w.add_layer_norm_rms_eps(float(config.get("rms_norm_eps", 1e-6)))
+    w.add_vocab_size(vocab_size)
+
+    tokens, types, merges, tok = load_vocab(model_dir, vocab_size)
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("qwen2")  # Qwen2 and Qwen3 share the pre-tokenizer regex
+    w.add_token_list(tokens)
+    w.add_token_types(types)
+    w.add_token_merges(merges)
+    ids, add_bos = special_ids(model_dir, config, tok)
+    if "bos" in ids:
+        w.add_bos_token_id(ids["bos"])
+    if "eos" in ids:
+        w.add_eos_token_id(ids["eos"])
+    if "pad" in ids:
+        w.add_pad_token_id(ids["pad"])
+    w.add_add_bos_token(add_bos)
+
+    seen = set()
+    for path in files:
+        for name, dtype, arr in safetensors_tensors(path):
+            if name == "lm_head.weight" and tied:
+                continue  # llama.cpp reuses token_embd when `output` is absent
+            target = gguf_name(name)
+            if target is None:
+                die(f"{path.name}: tensor {name} has no llama.cpp name in this converter")
+            if arr.ndim == 1:  # norms, biases: f32 as llama.cpp expects
+                w.add_tensor(target, bf16_to_f32(arr) if dtype == "BF16" else np.asarray(arr))
+            elif dtype == "BF16":  # numpy [rows, cols] is GGML's ne = [cols, rows]: no transpose
+                w.add_tensor(target, arr, raw_dtype=gguf.GGMLQuantizationType.BF16)
+            else:
+                w.add_tensor(target, np.asarray(arr))
+            seen.add(target)
+    needed = {"token_embd.weight", "output_norm.weight"} | ({"output.weight"} if not tied else set())
+    missing = needed - seen
+    for i in range(n_layers):
+        for short in ("attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm",
+                      "ffn_gate", "ffn_up", "ffn_down"):
+            if f"blk.{i}.{short}.weight" not in seen:
+                missing.add(f"blk.{i}.{short}.weight")
+    if missing:
+        die(f"{model_dir}: missing tensors {sorted(missing)[:8]}")
+
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    os.replace(tmp_path, out_path)
+    print(f"wrote {out_path} ({arch}, {n_layers} layers, vocab {vocab_size}, {len(seen)} tensors, "
+          f"{os.path.getsize(out_path) / 1e9:.2f} GB)")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--llama-cpp", required=True, help="llama.cpp checkout (its gguf-py/ is used)")
+    ap.add_argument("model_dir", help="Hugging Face folder: config.json, *.safetensors, tokenizer.json")
+    ap.add_argument("out", help="GGUF file to write")
+    args = ap.parse_args()
+    gguf_py = Path(args.llama_cpp) / "gguf-py"
+    if not (gguf_py / "gguf" / "gguf_writer.py").exists():
+        die(f"{gguf_py}/gguf not found: --llama-cpp must be a llama.cpp checkout")
+    sys.path.insert(0, str(gguf_py))
+    global gguf
+    import gguf  # noqa: E402 (from the checkout given)
+
+    model_dir = Path(args.model_dir)
+    if not model_dir.is_dir():
+        die(f"{model_dir} is not a folder")
+    convert(model_dir, Path(args.out))
+
+
+if __name__ == "__main__":
+    main()
