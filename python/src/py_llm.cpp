@@ -114,8 +114,10 @@ py::dict PyStream::next() {
   py::dict d;
   d["text"] = py::str(e->text);
   d["token_ids"] = py::cast(e->token_ids);
-  d["finished"] = e->finished;
-  d["finish_reason"] = e->finished ? py::object(py::str(e->finish_reason)) : py::object(py::none());
+  d["index"] = e->index;  // the sample (n > 1) this event belongs to
+  d["finished"] = e->finished;  // the last event of the stream (every sample ended)
+  // The sample's finish reason, on the event that ends it.
+  d["finish_reason"] = !e->finish_reason.empty() ? py::object(py::str(e->finish_reason)) : py::object(py::none());
   if (!e->error.empty()) d["error"] = py::str(e->error);
   if (!e->stop_reason.empty()) d["stop_reason"] = py::str(e->stop_reason);
   if (!e->logprobs.empty()) d["logprobs"] = logprobs_list(e->logprobs);

@@ -154,6 +154,11 @@ class Backend {
   // The tensor-parallel group this backend's rank belongs to (nullptr: one rank). Not owned.
   void set_communicator(Communicator* communicator) { communicator_ = communicator; }
   Communicator* communicator() const { return communicator_; }
+  // The device this backend runs on (CUDA: its GPU index; CPU: 0) and the stream every op is
+  // ordered on (CUDA: its cudaStream_t; CPU: nullptr), for a device communicator (NCCL) that
+  // must run in the same order as the ops.
+  virtual int device_index() const { return 0; }
+  virtual void* native_stream() const { return nullptr; }
 
   // ---- device memory and graphs ----
   virtual DeviceMemory memory_info() const = 0;

@@ -60,7 +60,8 @@ bool all_equal(const std::vector<int64_t>& counts) {
 
 class NcclCommunicator final : public Communicator {
  public:
-  NcclCommunicator(Communicator* bootstrap, int device) : bootstrap_(bootstrap) {
+  NcclCommunicator(Communicator* bootstrap, int device, cudaStream_t stream)
+      : bootstrap_(bootstrap), owns_stream_(stream == nullptr) {
     rank_ = bootstrap ? bootstrap->rank() : 0;
     world_size_ = bootstrap ? bootstrap->world_size() : 1;
     if (bootstrap) timeout_seconds_ = bootstrap->timeout_seconds();
@@ -73,7 +74,11 @@ class NcclCommunicator final : public Communicator {
       bootstrap->broadcast(Tensor::contiguous(&id, DType::I32, {int64_t(sizeof(id) / 4)}), 0);
     }
     cuda_call("cudaSetDevice", cudaSetDevice(device));
-    cuda_call("cudaStreamCreate", cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    if (owns_stream_) {
+      cuda_call("cudaStreamCreate", cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    } else {
+      stream_ = stream;
+    }
     cuda_call("cudaMalloc", cudaMalloc(&scratch_, sizeof(int32_t)));
     nccl_call("ncclCommInitRank", ncclCommInitRank(&comm_, world_size_, id, rank_));
   }
@@ -81,7 +86,7 @@ class NcclCommunicator final : public Communicator {
   ~NcclCommunicator() override {
     if (comm_) ncclCommDestroy(comm_);
     if (scratch_) cudaFree(scratch_);
-    if (stream_) cudaStreamDestroy(stream_);
+    if (stream_ && owns_stream_) cudaStreamDestroy(stream_);
   }
 
   int rank() const override { return rank_; }
@@ -296,6 +301,7 @@ class NcclCommunicator final : public Communicator {
   }
 
   Communicator* bootstrap_;
+  bool owns_stream_;
   int rank_ = 0;
   int world_size_ = 1;
   cudaStream_t stream_ = nullptr;
@@ -307,8 +313,9 @@ class NcclCommunicator final : public Communicator {
 
 bool nccl_built() { return true; }
 
-std::unique_ptr<Communicator> make_nccl_communicator(Communicator* bootstrap, int cuda_device) {
-  return std::make_unique<NcclCommunicator>(bootstrap, cuda_device);
+std::unique_ptr<Communicator> make_nccl_communicator(Communicator* bootstrap, int cuda_device,
+                                                     void* stream) {
+  return std::make_unique<NcclCommunicator>(bootstrap, cuda_device, static_cast<cudaStream_t>(stream));
 }
 
 }  // namespace nanovllm

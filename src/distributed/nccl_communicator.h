@@ -20,6 +20,9 @@ namespace nanovllm {
 bool nccl_built();
 // `bootstrap` (may be null for world size 1) must outlive the returned communicator: abort()
 // goes through it so that every rank stops.
-std::unique_ptr<Communicator> make_nccl_communicator(Communicator* bootstrap, int cuda_device);
+// `stream` (a cudaStream_t, not owned): order the collectives on it, e.g. a backend's stream so
+// that they follow its ops; nullptr: a stream of the communicator's own.
+std::unique_ptr<Communicator> make_nccl_communicator(Communicator* bootstrap, int cuda_device,
+                                                     void* stream = nullptr);
 
 }  // namespace nanovllm

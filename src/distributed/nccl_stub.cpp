@@ -5,7 +5,7 @@ namespace nanovllm {
 
 bool nccl_built() { return false; }
 
-std::unique_ptr<Communicator> make_nccl_communicator(Communicator*, int) {
+std::unique_ptr<Communicator> make_nccl_communicator(Communicator*, int, void*) {
   fail("this nanovllm was built without NCCL: configure with the CUDA toolkit (nvcc) and NCCL "
        "(nccl.h, libnccl.so) present");
 }

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <filesystem>
 
+#include "distributed/nccl_communicator.h"
 #include "model/tp_shard.h"
 #include "runtime/sampling_rng.h"
 
@@ -36,9 +37,10 @@ void validate_config(const Config& c) {
     fail("tensor_parallel_size must be in [1, 64], got {}", c.tensor_parallel_size);
   if (c.distributed_backend != "threads" && c.distributed_backend != "mpi")
     fail("distributed_backend must be threads or mpi, got '{}'", c.distributed_backend);
-  if ((c.tensor_parallel_size > 1 || c.distributed_backend == "mpi") && c.device != "cpu")
-    fail("tensor parallelism runs on the CPU backend so far (device {}, tensor_parallel_size {})",
-         c.device, c.tensor_parallel_size);
+  if ((c.tensor_parallel_size > 1 || c.distributed_backend == "mpi") && c.device == "cuda" &&
+      !nccl_built())
+    fail("tensor parallelism on cuda needs NCCL, which this build lacks (tensor_parallel_size {})",
+         c.tensor_parallel_size);
   if (c.kv_cache_dtype == "fp8" && c.device == "cuda")
     fail("kv_cache_dtype fp8 is not implemented on cuda yet (use --kv-cache-dtype bf16 there)");
 }
@@ -62,14 +64,17 @@ LLMEngine::LLMEngine(const Config& config, std::unique_ptr<Backend> backend,
   }
   const std::string tokenizer_path = (std::filesystem::path(config_.model) / "tokenizer.json").string();
   if (std::filesystem::exists(tokenizer_path)) tokenizer_ = Tokenizer::from_file(tokenizer_path);
-  int threads = config_.num_threads;
+  int threads = config_.num_threads, device_index = 0;
   if (config_.tensor_parallel_size > 1 || config_.distributed_backend == "mpi") {
     if (config_.distributed_backend == "threads") shard_config(model_config_, config_.tensor_parallel_size);  // Error before any rank starts
     tp_group_ = TpGroup::start(config_, model_config_, runner_options);
     config_.tensor_parallel_size = tp_group_->world_size();
     threads = tp_group_->threads_per_rank();
+    device_index = tp_group_->device_index();
   }
-  backend_ = backend ? std::move(backend) : make_backend({.device = config_.device, .num_threads = threads});
+  backend_ = backend ? std::move(backend)
+                     : make_backend({.device = config_.device, .num_threads = threads,
+                                     .device_index = device_index});
   try {
     model_runner_ = std::make_unique<ModelRunner>(config_, model_config_, *backend_, runner_options,
                                                   tp_group_ ? &tp_group_->comm() : nullptr);

@@ -3,11 +3,10 @@
 #include <algorithm>
 #include <string>
 
-#include <cstring>
-
 #include "engine/sampling_batch_fill.h"
 #include "engine/tp_control.h"
 #include "model/safetensors.h"
+#include "distributed/nccl_communicator.h"
 #include "model/tp_shard.h"
 #include "model/weights.h"
 
@@ -67,19 +66,26 @@ ModelRunner::ModelRunner(const Config& config, const ModelConfig& model_config, 
   if (!config.enforce_eager && tp_ == 1) capture_graphs();
 }
 
+ModelRunner::~ModelRunner() {
+  if (tp_ > 1) backend_.set_communicator(nullptr);
+}
+
 void ModelRunner::load_model(const Config& config, const ModelConfig& model_config) {
   if (tp_ > 1) {
-    if (backend_.device() != DeviceKind::CPU) {
-      fail("tensor parallelism runs on the CPU backend so far (--device {})", config.device);
-    }
     model_config_ = shard_config(model_config, tp_);  // Error before any weight is read
+    if (backend_.device() == DeviceKind::CPU) {
+      data_comm_ = comm_;
+    } else {
+      device_comm_ = make_nccl_communicator(comm_, backend_.device_index(), backend_.native_stream());
+      data_comm_ = device_comm_.get();
+    }
   }
   Checkpoint checkpoint(config.model);
   kv_format_ = make_kv_cache_format(config.kv_cache_dtype, checkpoint, model_config.num_hidden_layers);
   ModelWeights weights = tp_ > 1 ? load_weights_shard(checkpoint, model_config, {comm_->rank(), tp_}, backend_)
                                  : load_weights(checkpoint, model_config, backend_);
   model_ = std::make_unique<Qwen3Model>(model_config_, std::move(weights), backend_, config.max_model_len);
-  if (tp_ > 1) backend_.set_communicator(comm_);
+  if (tp_ > 1) backend_.set_communicator(data_comm_);
 }
 
 size_t ModelRunner::kv_block_bytes() const {
@@ -288,27 +294,23 @@ std::vector<int32_t> ModelRunner::execute(const std::vector<LayerKVCache>& kv_ca
   return token_ids;
 }
 
-// Rank r's logits are the vocab ids [r V/tp, (r+1) V/tp). The CPU backend's tensors are host
-// memory, which the threads and mpi communicators move directly.
+// Rank r's logits are the vocab ids [r V/tp, (r+1) V/tp): gathered to rank 0 as [tp, n, V/tp]
+// (over the data communicator, on the device), then copied into the columns of [n, V].
 Tensor ModelRunner::gather_logits(Tensor local, int n) {
   const int64_t vl = model_config_.vocab_size, chunk = int64_t(n) * vl;
   const bool root = comm_->rank() == 0;
   const size_t gathered_bytes = size_t(root ? tp_ * chunk : 1) * sizeof(float);
   if (gathered_buf_.bytes() < gathered_bytes) gathered_buf_ = backend_.alloc(gathered_bytes);
   Tensor gathered = gathered_buf_.as(DType::F32, {root ? tp_ * chunk : 1});
-  comm_->gather(local.slice_rows(0, n).view({chunk}), gathered, 0,
-                std::vector<int64_t>(size_t(tp_), chunk));
+  data_comm_->gather(local.slice_rows(0, n).view({chunk}), gathered, 0,
+                     std::vector<int64_t>(size_t(tp_), chunk));
   if (!root) return {};
-  // [tp, n, V/tp] -> [n, V]
   const size_t full_bytes = size_t(n) * size_t(vocab_size_) * sizeof(float);
   if (full_logits_buf_.bytes() < full_bytes) full_logits_buf_ = backend_.alloc(full_bytes);
   Tensor full = full_logits_buf_.as(DType::F32, {int64_t(n), int64_t(vocab_size_)});
-  const float* src = static_cast<const float*>(gathered.data);
-  float* dst = static_cast<float*>(full.data);
   for (int64_t r = 0; r < tp_; ++r) {
-    for (int64_t b = 0; b < n; ++b) {
-      std::memcpy(dst + b * vocab_size_ + r * vl, src + (r * n + b) * vl, size_t(vl) * sizeof(float));
-    }
+    Tensor part = gathered.slice_rows(r * chunk, (r + 1) * chunk).view({int64_t(n), vl});
+    backend_.copy(full.slice_last(r * vl, (r + 1) * vl), part);
   }
   return full;
 }

@@ -14,7 +14,9 @@
 // (model/tp_shard.h) and a KV cache of its share of the KV heads, with a block count every rank
 // agrees on (all-reduce MIN). Rank 0's run() sends the step to the other ranks (tp_control.h),
 // every rank runs the forward pass, rank 0 gathers the vocab-parallel logits and samples; the
-// other ranks run serve_worker(). No graphs are captured then. A step that fails on any rank
+// other ranks run serve_worker(). No graphs are captured then. On CUDA (a rank per GPU), the
+// all-reduces and the logits gather run over NCCL on the backend's stream, bootstrapped over the
+// host communicator, which still carries the step's metadata. A step that fails on any rank
 // after the other ranks were told to run it fails the whole group (the engine then ends every
 // request with the error), since the ranks can no longer be kept in step.
 #include <cstdint>
@@ -64,6 +66,7 @@ class ModelRunner {
   // does not divide, before any weight is read).
   ModelRunner(const Config& config, const ModelConfig& model_config, Backend& backend,
               const RunnerOptions& options = {}, Communicator* comm = nullptr);
+  ~ModelRunner();
 
   // One step over seqs (as scheduled: prefill chunks or one decode token each). Returns one
   // sampled token per seq (meaningless for a prefill chunk that does not end its prompt).
@@ -130,7 +133,11 @@ class ModelRunner {
   int vocab_size_ = 0;         // the whole model's
   Backend& backend_;
   RunnerOptions options_;
-  Communicator* comm_ = nullptr;  // tensor parallel: this rank's; nullptr: one rank
+  Communicator* comm_ = nullptr;  // tensor parallel: this rank's (host: threads or mpi), for
+                                  // the step's metadata; nullptr: one rank
+  std::unique_ptr<Communicator> device_comm_;  // CUDA: NCCL on the backend's stream
+  Communicator* data_comm_ = nullptr;          // activations and logits: comm_ on the CPU,
+                                               // device_comm_ on CUDA
   int tp_ = 1;
   std::unique_ptr<Qwen3Model> model_;
   int max_tokens_ = 0;              // tokens of the largest step

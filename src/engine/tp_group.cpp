@@ -22,16 +22,22 @@ int local_ranks(const Config& config) {
   return n > 0 ? n : 1;
 }
 
+// This process's rank on its machine (Open MPI's environment), 0 outside mpirun.
+int local_rank() {
+  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+  return local ? std::max(0, std::atoi(local)) : 0;
+}
+
 int split_threads(const Config& config) {
   if (config.num_threads > 0) return config.num_threads;
   const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
   return std::max(1, cores / local_ranks(config));
 }
 
-std::unique_ptr<Backend> rank_backend(const Config& config, int rank, int threads,
+std::unique_ptr<Backend> rank_backend(const Config& config, int rank, int threads, int device,
                                       const RunnerOptions& options) {
   if (options.rank_backend) return options.rank_backend(rank);
-  return make_backend({.device = config.device, .num_threads = threads, .device_index = rank});
+  return make_backend({.device = config.device, .num_threads = threads, .device_index = device});
 }
 
 }  // namespace
@@ -56,12 +62,13 @@ std::unique_ptr<TpGroup> TpGroup::start(const Config& config, const ModelConfig&
     }
     c.tensor_parallel_size = world;
     group->threads_per_rank_ = split_threads(c);
+    group->device_index_ = local_rank();
     c.num_threads = group->threads_per_rank_;
     if (group->comm_->rank() != 0) {
       // This process is a worker rank: serve rank 0, then end the process (see the header).
       int status = 0;
       try {
-        auto backend = rank_backend(c, group->comm_->rank(), c.num_threads, options);
+        auto backend = rank_backend(c, group->comm_->rank(), c.num_threads, local_rank(), options);
         run_tp_worker(c, model_config, *backend, options, *group->comm_);
       } catch (const std::exception& e) {
         group->comm_->abort(fmt::format("tensor-parallel rank {}: {}", group->comm_->rank(), e.what()));
@@ -82,7 +89,7 @@ std::unique_ptr<TpGroup> TpGroup::start(const Config& config, const ModelConfig&
     group->ranks_.emplace_back([c, model_config, r, tg = group->thread_group_, options] {
       std::unique_ptr<Communicator> comm = make_thread_communicator(tg, r);
       try {
-        auto backend = rank_backend(c, r, c.num_threads, options);
+        auto backend = rank_backend(c, r, c.num_threads, r, options);
         run_tp_worker(c, model_config, *backend, options, *comm);
       } catch (const std::exception& e) {
         comm->abort(fmt::format("tensor-parallel rank {}: {}", r, e.what()));

@@ -39,6 +39,9 @@ class TpGroup {
   // The CPU threads each rank's backend gets (config.num_threads, or the cores shared by the
   // ranks on this machine).
   int threads_per_rank() const { return threads_per_rank_; }
+  // The GPU of this process's rank 0 (CUDA: ranks map to GPUs in order on each machine; under
+  // mpirun, a process takes the GPU of its local rank).
+  int device_index() const { return device_index_; }
   // Ends the group: tells the other ranks to exit when it still works (else fails it, which ends
   // their loops) and joins the threads. Idempotent.
   void shutdown();
@@ -49,6 +52,7 @@ class TpGroup {
   std::unique_ptr<Communicator> comm_;
   std::vector<std::thread> ranks_;
   int threads_per_rank_ = 0;
+  int device_index_ = 0;
   bool shut_down_ = false;
 };
 

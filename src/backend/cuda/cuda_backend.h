@@ -32,6 +32,8 @@ class CudaBackend : public Backend {
   std::string describe() const override { return description_; }
   DType activation_dtype() const override { return DType::BF16; }
   cudaStream_t stream() const { return stream_; }
+  int device_index() const override { return device_; }
+  void* native_stream() const override { return stream_; }
 
   Buffer alloc(size_t bytes) override;
   void upload(Tensor dst, const void* host) override;
