@@ -124,7 +124,7 @@ TEST(TpEngineErrors, ShapesThatDoNotDivideNameTheField) {
   }
 }
 
-TEST(TpEngineErrors, OnlyTheCpuBackendAndKnownBackends) {
+TEST(TpEngineErrors, UnknownBackendAndSizeAreErrors) {
   Config config = test::tiny_config(test::tiny_model("tiny"));
   config.tensor_parallel_size = 2;
   config.distributed_backend = "carrier-pigeon";
