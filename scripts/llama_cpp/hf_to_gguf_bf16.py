@@ -125,7 +125,9 @@ def load_vocab(model_dir, vocab_size):
         if i in added:
             a = added[i]
             tokens.append(a["content"])
-            types.append(TokenType.CONTROL if a.get("special") else TokenType.USER_DEFINED)
+            # <|...|> tokens are control tokens to llama.cpp's loader even when not "special"
+            control = a.get("special") or (a["content"].startswith("<|") and a["content"].endswith("|>"))
+            types.append(TokenType.CONTROL if control else TokenType.USER_DEFINED)
         elif i in by_id:
             tokens.append(by_id[i])
             types.append(TokenType.NORMAL)
