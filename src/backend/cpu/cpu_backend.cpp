@@ -203,6 +203,7 @@ void CpuBackend::linear(Tensor out, Tensor x, const LinearWeight& w, const Tenso
   GemmArgs args{out.ptr<float>(), out.stride[0], x.ptr<const float>(),
                 x.stride[0],      w.data.data,   bias_ptr,
                 x.shape[0],       w.n,           w.k};
+  args.scratch = &gemm_scratch_;
   gemm(args, pool_, gemm_isa_);
 }
 

@@ -72,6 +72,7 @@ class CpuBackend : public Backend {
 
   ThreadPool pool_;
   GemmIsa gemm_isa_;
+  GemmScratch gemm_scratch_;  // the GEMMs' packed x, grown to the largest step's
   bool decode_avx512_;
 };
 

@@ -40,6 +40,21 @@ AlignedPtr aligned_alloc64(size_t bytes) {
   return AlignedPtr(::operator new(std::max<size_t>(bytes, 64), std::align_val_t(64)));
 }
 
+// The packed-x buffer of one call: the caller's scratch, or one of its own.
+struct PackedX {
+  AlignedPtr owned;
+  void* data = nullptr;
+  PackedX(GemmScratch* scratch, size_t bytes) {
+    if (scratch) {
+      data = scratch->reserve(bytes);
+    } else {
+      owned = aligned_alloc64(bytes);
+      data = owned.get();
+    }
+  }
+  void* get() const { return data; }
+};
+
 // Calls fn(u0, u1) on chunks of `chunk` units covering [0, units), which the pool's threads
 // claim from a shared counter rather than as fixed shares: a thread that starts late (woken
 // from sleep, or sharing its core with another process) then costs only the chunks it takes.
@@ -72,7 +87,7 @@ void gemm_wide(const GemmArgs& a, ThreadPool& pool, const detail::KernelSet& ks)
   const int64_t block_stride = kpairs * kBlockPairBytes;
   const int threads = pool.size();
 
-  AlignedPtr xp = aligned_alloc64(size_t(npass * panel_bytes));
+  PackedX xp(a.scratch, size_t(npass * panel_bytes));
   ks.pack_x(xp.get(), a.x, a.ldx, a.m, a.k, mr, 0, npass);
 
   auto work = [&](int64_t g0, int64_t g1) {
@@ -101,6 +116,20 @@ void gemm_wide(const GemmArgs& a, ThreadPool& pool, const detail::KernelSet& ks)
 }
 
 }  // namespace
+
+void* GemmScratch::reserve(size_t bytes) {
+  if (bytes > bytes_) {
+    const size_t grown = std::max(bytes, bytes_ * 2);
+    ::operator delete(data_, std::align_val_t(64));
+    data_ = nullptr;
+    bytes_ = 0;
+    data_ = ::operator new(grown, std::align_val_t(64));
+    bytes_ = grown;
+  }
+  return data_;
+}
+
+GemmScratch::~GemmScratch() { ::operator delete(data_, std::align_val_t(64)); }
 
 GemmIsa select_gemm_isa(CpuIsa want) {
   __builtin_cpu_init();
@@ -173,7 +202,7 @@ void gemm(const GemmArgs& a, ThreadPool& pool, GemmIsa isa) {
   const int threads = pool.size();
 
   // 1. x -> packed bf16 panels, once per call ([npanels][kpairs][mr] pairs).
-  AlignedPtr xp = aligned_alloc64(size_t(npanels * panel_bytes));
+  PackedX xp(a.scratch, size_t(npanels * panel_bytes));
   if (a.m * a.k < 16384 || npanels < 2) {
     ks.pack_x(xp.get(), a.x, a.ldx, a.m, a.k, mr, 0, npanels);
   } else {

@@ -24,6 +24,22 @@ void pack_weight(void* dst, const uint16_t* w, int64_t n, int64_t k);
 // Row `row` of the original [n, k] weight, as f32 (the embedding lookup of a tied table).
 void unpack_weight_row(float* out, const void* packed, int64_t n, int64_t k, int64_t row);
 
+// Grow-only 64-byte-aligned scratch for the packed x of gemm() calls, owned by the caller (the
+// CPU backend keeps one): a step's GEMMs then allocate nothing (a fresh multi-MiB buffer per
+// call costs page faults that showed as ~5% of a prefill).
+class GemmScratch {
+ public:
+  void* reserve(size_t bytes);
+  ~GemmScratch();
+  GemmScratch() = default;
+  GemmScratch(const GemmScratch&) = delete;
+  GemmScratch& operator=(const GemmScratch&) = delete;
+
+ private:
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
 struct GemmArgs {
   float* out;              // [m, n], row stride ldo (elements)
   int64_t ldo;
@@ -32,6 +48,7 @@ struct GemmArgs {
   const void* packed_w;    // pack_weight(w[n, k])
   const uint16_t* bias;    // bf16 [n] or nullptr
   int64_t m, n, k;
+  GemmScratch* scratch = nullptr;  // where x is packed; nullptr: a buffer of the call's own
 };
 void gemm(const GemmArgs& args, ThreadPool& pool, GemmIsa isa);
 
