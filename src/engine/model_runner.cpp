@@ -3,10 +3,10 @@
 #include <algorithm>
 #include <string>
 
+#include "distributed/nccl_communicator.h"
 #include "engine/sampling_batch_fill.h"
 #include "engine/tp_control.h"
 #include "model/safetensors.h"
-#include "distributed/nccl_communicator.h"
 #include "model/tp_shard.h"
 #include "model/weights.h"
 
