@@ -82,19 +82,8 @@ TEST(MpiEngine, ShapesThatDoNotDivideEndEveryProcess) {
 }
 
 TEST(MpiEngine, ACorruptCheckpointEndsEveryProcess) {
-  namespace fs = std::filesystem;
-  const std::string model = test::tiny_model("tiny");
-  const fs::path dir = fs::temp_directory_path() / ("nanovllm-mpi-corrupt-" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  test::remove_at_exit(dir);
-  for (const auto& f : fs::directory_iterator(model)) fs::copy(f.path(), dir / f.path().filename(), fs::copy_options::overwrite_existing);
-  {
-    std::ifstream in(fs::path(model) / "model.safetensors", std::ios::binary);
-    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    std::ofstream(dir / "model.safetensors", std::ios::binary | std::ios::trunc)
-        .write(bytes.data(), std::streamsize(bytes.size() / 2));
-  }
-  const auto [status, out] = generate(2, prompt_args(dir.string()), /*with_stderr=*/true);
+  const std::string dir = test::truncated_checkpoint(test::tiny_model("tiny"), "mpi-corrupt");
+  const auto [status, out] = generate(2, prompt_args(dir), /*with_stderr=*/true);
   EXPECT_NE(status, 0) << out;
   EXPECT_NE(out.find("model.safetensors"), std::string::npos) << out;
 }

@@ -135,19 +135,8 @@ TEST(TpEngineErrors, UnknownBackendAndSizeAreErrors) {
 }
 
 TEST(TpEngineErrors, CorruptCheckpointEndsEveryRank) {
-  namespace fs = std::filesystem;
-  const std::string model = test::tiny_model("tiny");
-  const fs::path dir = fs::temp_directory_path() / ("nanovllm-tp-corrupt-" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  test::remove_at_exit(dir);
-  for (const auto& f : fs::directory_iterator(model)) fs::copy(f.path(), dir / f.path().filename(), fs::copy_options::overwrite_existing);
-  {
-    std::ifstream in(fs::path(model) / "model.safetensors", std::ios::binary);
-    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    std::ofstream(dir / "model.safetensors", std::ios::binary | std::ios::trunc)
-        .write(bytes.data(), std::streamsize(bytes.size() / 2));
-  }
-  Config config = test::tiny_config(dir.string());
+  const std::string dir = test::truncated_checkpoint(test::tiny_model("tiny"), "tp-corrupt");
+  Config config = test::tiny_config(dir);
   config.tensor_parallel_size = 2;
   try {
     LLM llm(config);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -41,6 +42,22 @@ inline std::string tiny_model(const std::string& preset, uint64_t seed = 1) {
     o.out = dir.string();
     make_model(o);
   }
+  return dir.string();
+}
+
+// A copy of model folder `model` whose model.safetensors is cut to half its bytes (a corrupt
+// checkpoint), removed at exit; `tag` names the folder.
+inline std::string truncated_checkpoint(const std::string& model, const std::string& tag) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("nanovllm-" + tag + "-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  remove_at_exit(dir);
+  for (const auto& f : fs::directory_iterator(model))
+    fs::copy(f.path(), dir / f.path().filename(), fs::copy_options::overwrite_existing);
+  std::ifstream in(fs::path(model) / "model.safetensors", std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::ofstream(dir / "model.safetensors", std::ios::binary | std::ios::trunc)
+      .write(bytes.data(), std::streamsize(bytes.size() / 2));
   return dir.string();
 }
 
