@@ -8,7 +8,9 @@ import fs from 'node:fs';
 
 const [port, pid, N, MAX_TOKENS] = process.argv.slice(2).map(Number);
 const agent = new http.Agent({ keepAlive: false, maxSockets: Infinity });
-const LONG_TOKENS = 900;  // the disconnected requests would run this long
+// The disconnected requests would run this long: far more steps than the load takes (the server
+// runs with --max-model-len 32768), so that every one of them is still running when it is cut.
+const LONG_TOKENS = 30000;
 const t0 = performance.now();
 const now = () => (performance.now() - t0) / 1000;
 
@@ -90,7 +92,8 @@ const healthLoop = (async () => {
 
 const early = [], late = [];
 let lastDisconnect = 0;
-const cut = r => { r.req.destroy(); lastDisconnect = now(); };
+// A request whose final event came before its cut was not disconnected mid-stream: counted apart.
+const cut = r => { r.finishedBeforeCut = r.finish !== null; r.req.destroy(); lastDisconnect = now(); };
 const normal = [], cutPromises = [];
 for (let i = 0; i < N; i++) {
   if (i % 10 === 0) {
@@ -128,7 +131,8 @@ const bad = results.filter(r => !(r.done && r.completion_tokens === MAX_TOKENS))
   .map(r => ({ i: r.i, error: r.error, done: r.done, tokens: r.completion_tokens, finish: r.finish }));
 const st = procStatus();
 console.log(JSON.stringify({ requests: N, normal: results.length, exact_max_tokens: exact, bad,
-  disconnected: early.length + late.length, early: early.length, late: late.length, aborts_counted: aborts,
+  disconnected: early.length + late.length, early: early.length, late: late.length,
+  finished_before_cut: [...early, ...late].filter(r => r.finishedBeforeCut).length, aborts_counted: aborts,
   normal_done_s: +normalDoneAt.toFixed(3), freed_after_last_disconnect_s: freedAfter, last_metrics: last,
   health_ok: healthOk, health_bad: healthBad, health_max_ms: +healthMaxMs.toFixed(1),
   peak_threads: peakThreads, vmhwm_mib: +(st.vmhwm_kb / 1024).toFixed(1), total_s: +now().toFixed(3) }));
