@@ -1,8 +1,10 @@
 // Paged attention benchmark on the Qwen3-0.6B shapes (16 q heads, 8 kv heads, head_dim 128, bf16
 // KV cache [num_blocks, 256, 8, 128]), ms per layer with napkin math:
-//   prefill: one 512-token prompt; causal attention FLOPs = 4 * D * Hq * T(T+1)/2 (QK^T and P.V,
-//            2 FLOPs per multiply-add), against the measured f32 FMA peak.
-//   decode:  1 and 16 sequences at context 1024; bytes = the K and V rows read per step
+//   prefill: one prompt of 512, 4096 and 16384 tokens; causal attention FLOPs =
+//            4 * D * Hq * T(T+1)/2 (QK^T and P.V, 2 FLOPs per multiply-add), against the measured
+//            f32 FMA peak: the long prompts must keep the 512-token rate (no cliff).
+//   decode:  1 and 16 sequences at context 1024, and 1 at 16384 (split into partitions over the
+//            threads); bytes = the K and V rows read per step
 //            (ctx * Hkv * D * 2 bytes * 2), against the measured read bandwidth. The caches of
 //            several layers are cycled (>= 512 MiB in all) so the KV rows come from memory, as
 //            in a real step over 28 layers.
@@ -15,6 +17,7 @@
 #include <cstdlib>
 #include <random>
 #include <string>
+#include <utility>
 #include <ctime>
 #include <vector>
 
@@ -130,9 +133,8 @@ int main(int argc, char** argv) {
   const float scale = 1.0f / std::sqrt(float(kD));
   const int64_t qkv_width = (kHq + 2 * kHkv) * kD;  // q is a strided view of the fused qkv rows
 
-  // ---- prefill: one 512-token prompt ----
-  {
-    const int64_t t = 512;
+  // ---- prefill: one prompt of 512, 4096, 16384 tokens ----
+  for (int64_t t : {512, 4096, 16384}) {
     Cache cache((t + kBlock - 1) / kBlock, rng);
     HostBatch hb = make_batch(1, t, t, true);
     ForwardBatch fb;
@@ -148,18 +150,18 @@ int main(int argc, char** argv) {
                    .unflatten_last(kHq);
     Tensor o = Tensor::contiguous(out.data(), DType::F32, {t, kHq, kD});
     LayerKVCache c = cache.view();
-    const Timing tm = time_ms([&] { be.attention_prefill(o, q, c, fb, scale); }, 10, 1.0);
+    const Timing tm = time_ms([&] { be.attention_prefill(o, q, c, fb, scale); }, t <= 512 ? 10 : 1,
+                              t <= 4096 ? 1.0 : 0.0);
     const double ms = std::max(tm.cpu_ms / threads, 1e-6);
     const double flops = 4.0 * double(kD) * double(kHq) * double(t) * double(t + 1) / 2.0;
-    std::printf("prefill  T=%lld:        %8.3f ms/layer (wall min %.3f)  %6.1f GFLOP/s (%.0f%% of f32 "
+    std::printf("prefill  T=%-5lld:      %8.3f ms/layer (wall min %.3f)  %6.1f GFLOP/s (%.0f%% of f32 "
                 "peak; %.2f GFLOP)  x28 layers = %.1f ms\n",
                 (long long)t, ms, tm.min_ms, flops / ms / 1e6, 100.0 * flops / ms / 1e6 / peak,
                 flops / 1e9, 28 * ms);
   }
 
-  // ---- decode: 1 and 16 sequences at context 1024 ----
-  for (int64_t seqs : {1, 16}) {
-    const int64_t ctx = 1024;
+  // ---- decode: 1 and 16 sequences at context 1024, 1 at 16384 ----
+  for (auto [seqs, ctx] : {std::pair<int64_t, int64_t>{1, 1024}, {16, 1024}, {1, 16384}}) {
     const int64_t blocks = seqs * ((ctx + kBlock - 1) / kBlock);
     const double layer_bytes = double(blocks * kBlock * kHkv * kD * 2 * 2);
     const int copies = int(std::max(1.0, std::ceil(512.0 * (1 << 20) / layer_bytes)));
@@ -189,7 +191,7 @@ int main(int argc, char** argv) {
         20, 1.0);
     const double ms = std::max(tm.cpu_ms / threads, 1e-6);
     const double bytes = double(seqs * ctx * kHkv * kD * 2 * 2);
-    std::printf("decode   B=%2lld ctx=%lld: %8.3f ms/layer (wall min %.3f)  %6.1f GB/s (%.0f%% of read "
+    std::printf("decode   B=%2lld ctx=%-5lld: %8.3f ms/layer (wall min %.3f)  %6.1f GB/s (%.0f%% of read "
                 "bw; %.1f MiB KV/step/layer)  x28 layers = %.2f ms\n",
                 (long long)seqs, (long long)ctx, ms, tm.min_ms, bytes / ms / 1e6,
                 100.0 * bytes / ms / 1e6 / bw, bytes / (1 << 20), 28 * ms);

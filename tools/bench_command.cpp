@@ -1,9 +1,11 @@
-// nanovllm bench: nano-vllm's bench.py workload with the napkin math of its phases, then the two
-// roofline figures (single-sequence decode against memory bandwidth, one 512-token prefill
-// against bf16 peak); --sweep: workloads of 1, 4, 16, 32, 64 sequences of 128 + 128 tokens as a
+// nanovllm bench: nano-vllm's bench.py workload with the napkin math of its phases, then the
+// roofline figures (single-sequence decode against memory bandwidth; one fresh prompt of each
+// --prefill-lens length, 512 by default, against bf16 peak, its causal attention FLOPs shown
+// apart so that a long prompt's cost is held against its work); --sweep: workloads of 1, 4, 16, 32, 64 sequences of 128 + 128 tokens as a
 // table. Every fraction is of the ceilings measured in the same run.
 #include <chrono>
 #include <cstdio>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -27,12 +29,11 @@ double now_seconds() {
 
 struct Roofline {
   double decode_seconds_per_token = 0;
-  double prefill_seconds = 0;
-  int prefill_tokens = 512;
+  std::vector<double> prefill_seconds;  // one per prefill length
 };
 
-// One sequence decoding alone, then one fresh 512-token prompt prefilled alone.
-Roofline measure_roofline(LLMEngine& engine, uint64_t seed) {
+// One sequence decoding alone, then one fresh prompt of each length prefilled alone.
+Roofline measure_roofline(LLMEngine& engine, uint64_t seed, const std::vector<int>& prefill_lens) {
   Roofline r;
   PythonRandom rng(seed + 1);
   const int vocab = std::min(engine.model_config().vocab_size, 10001);
@@ -55,13 +56,13 @@ Roofline measure_roofline(LLMEngine& engine, uint64_t seed) {
   }
   r.decode_seconds_per_token = (now_seconds() - t0) / std::max(1, decode_steps);
 
-  const int n = std::min(r.prefill_tokens, engine.config().max_model_len - 1);
-  r.prefill_tokens = n;
   sp.max_tokens = 1;
-  engine.add_request(random_prompt(n), sp);
-  t0 = now_seconds();
-  while (!engine.is_finished()) engine.step();  // chunked if the budget is smaller
-  r.prefill_seconds = now_seconds() - t0;
+  for (int n : prefill_lens) {
+    engine.add_request(random_prompt(n), sp);
+    t0 = now_seconds();
+    while (!engine.is_finished()) engine.step();  // chunked if the budget is smaller
+    r.prefill_seconds.push_back(now_seconds() - t0);
+  }
   return r;
 }
 
@@ -75,6 +76,7 @@ void add_bench(CLI::App& app, Commands& commands) {
     uint64_t seed = 0;
     bool roofline = true;
     bool sweep = false;
+    std::vector<int> prefill_lens = {512};
   };
   auto a = std::make_shared<Args>();
   add_engine_flags(*cmd, a->config);
@@ -84,11 +86,22 @@ void add_bench(CLI::App& app, Commands& commands) {
   cmd->add_option("--min-len", a->min_len, "prompt and output tokens at least");
   auto* seed = cmd->add_option("--seed", a->seed, "workload seed; given, it also seeds sampling (request i: seed + i), so runs repeat");
   cmd->add_flag("--no-roofline{false}", a->roofline, "skip the decode/prefill roofline figures");
+  cmd->add_option("--prefill-lens", a->prefill_lens,
+                  "prompt lengths of the roofline's prefill figures, one fresh prompt each (e.g. "
+                  "512,4096,16384; each needs --max-model-len above it)")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber);
   cmd->add_flag("--sweep", a->sweep,
                 "instead of one workload: 1, 4, 16, 32 and 64 sequences of 128 prompt + 128 output "
                 "tokens, one table");
   on_run(cmd, commands, [a, seed] {
     a->config.show_progress = false;
+    if (a->roofline)
+      for (int n : a->prefill_lens)
+        if (n >= a->config.max_model_len)
+          fail("bench: --prefill-lens {} needs --max-model-len above it (it is {}): a prompt and "
+               "its one output token must fit",
+               n, a->config.max_model_len);
     LLM llm(a->config);
     LLMEngine& engine = llm.engine();
     const ModelConfig& mc = engine.model_config();
@@ -113,7 +126,8 @@ void add_bench(CLI::App& app, Commands& commands) {
     std::fprintf(stderr, "ceilings measured now: %.1f GB/s read bandwidth, %.1f GFLOP/s bf16 peak (%s)\n",
                  ceilings.bandwidth_gbs, ceilings.peak_gflops, engine.backend().describe().c_str());
 
-    auto run = [&](const BenchWorkload& w) {
+    auto run = [&](BenchWorkload w) {
+      fold_into_vocabulary(w, mc.vocab_size);  // a no-op for real vocabularies (> 10000 ids)
       WorkloadRun r;
       r.num_seqs = int(w.prompts.size());
       std::vector<SamplingParams> params(w.prompts.size());
@@ -162,25 +176,42 @@ void add_bench(CLI::App& app, Commands& commands) {
                  j["seconds"].get<double>(), f.output_tok_s, f.total_tok_s);
     print_phases(f, ceilings, weight_gb);
     if (a->roofline) {
-      Roofline r = measure_roofline(engine, a->seed);
+      Roofline r = measure_roofline(engine, a->seed, a->prefill_lens);
       const double bw = ceilings.bandwidth_gbs, peak = ceilings.peak_gflops;
       const double decode_gbs = weight_gb / r.decode_seconds_per_token;
-      const double prefill_gflops = gflop_per_token * r.prefill_tokens / r.prefill_seconds;
       j["decode_1seq_ms_per_token"] = r.decode_seconds_per_token * 1e3;
       j["decode_1seq_weight_gbs"] = decode_gbs;
       j["decode_bandwidth_fraction"] = bw > 0 ? decode_gbs / bw : 0.0;
-      j["prefill_tokens"] = r.prefill_tokens;
-      j["prefill_seconds"] = r.prefill_seconds;
-      j["prefill_gflops"] = prefill_gflops;
-      j["prefill_peak_fraction"] = peak > 0 ? prefill_gflops / peak : 0.0;
       std::fprintf(stderr,
                    "decode, 1 seq: %.2f ms/token -> %.3f GB / %.4f s = %.1f GB/s of %.1f GB/s measured (%.0f%%)\n",
                    r.decode_seconds_per_token * 1e3, weight_gb, r.decode_seconds_per_token, decode_gbs,
                    bw, bw > 0 ? 100 * decode_gbs / bw : 0.0);
-      std::fprintf(stderr,
-                   "prefill, %d tokens: %.3f s -> %.3f GFLOP x %d = %.1f GFLOP/s of %.1f GFLOP/s bf16 peak (%.0f%%)\n",
-                   r.prefill_tokens, r.prefill_seconds, gflop_per_token, r.prefill_tokens,
-                   prefill_gflops, peak, peak > 0 ? 100 * prefill_gflops / peak : 0.0);
+      // Each prompt: the matmuls of its tokens, the lm_head of its last, and its causal attention
+      // (query t attends to t + 1 keys), which grows with the square of the length.
+      nlohmann::json lens = nlohmann::json::array();
+      for (size_t i = 0; i < a->prefill_lens.size(); ++i) {
+        const int n = a->prefill_lens[i];
+        const double s = r.prefill_seconds[i];
+        const double matmul = (double(n) * matmul_flops_per_token(mc) + lm_head_flops(mc)) / 1e9;
+        const double attn = attention_flops(mc, double(n) * (n + 1) / 2) / 1e9;
+        const double gflops = (matmul + attn) / s;
+        nlohmann::json row = {{"tokens", n}, {"seconds", s}, {"matmul_gflop", matmul},
+                              {"attention_gflop", attn}, {"gflops", gflops},
+                              {"peak_fraction", peak > 0 ? gflops / peak : 0.0}};
+        lens.push_back(row);
+        if (i == 0) {  // the first length's figures, under the keys scripts read
+          j["prefill_tokens"] = n;
+          j["prefill_seconds"] = s;
+          j["prefill_gflops"] = gflops;
+          j["prefill_peak_fraction"] = row["peak_fraction"];
+        }
+        std::fprintf(stderr,
+                     "prefill, %d tokens: %.3f s -> %.1f GFLOP of matmul + %.1f GFLOP of attention "
+                     "(%.0f%%) = %.1f GFLOP/s of %.1f GFLOP/s bf16 peak (%.0f%%)\n",
+                     n, s, matmul, attn, 100 * attn / (matmul + attn), gflops, peak,
+                     peak > 0 ? 100 * gflops / peak : 0.0);
+      }
+      j["prefill_lens"] = lens;
     }
     // KV capacity: the cache's bytes hold this many tokens in the chosen dtype; the same bytes
     // in the other dtype hold (2 bytes / 1 byte per element) twice or half as many.

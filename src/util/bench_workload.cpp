@@ -27,4 +27,10 @@ BenchWorkload make_bench_workload(int num_seqs, int max_input_len, int max_outpu
   return w;
 }
 
+void fold_into_vocabulary(BenchWorkload& w, int vocab_size) {
+  if (vocab_size < 1) fail("bench: a vocabulary of {} ids", vocab_size);
+  for (auto& prompt : w.prompts)
+    for (int32_t& t : prompt) t %= vocab_size;
+}
+
 }  // namespace nanovllm

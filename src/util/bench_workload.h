@@ -19,4 +19,9 @@ struct BenchWorkload {
 BenchWorkload make_bench_workload(int num_seqs, int max_input_len, int max_output_len, int min_len,
                                   uint64_t seed);
 
+// For a model whose vocabulary has vocab_size <= 10000 ids (bench.py would fail on it): each
+// prompt id t becomes t % vocab_size, so the same lengths run on a tiny test model. Larger
+// vocabularies are left exactly as bench.py draws them.
+void fold_into_vocabulary(BenchWorkload& w, int vocab_size);
+
 }  // namespace nanovllm

@@ -114,6 +114,36 @@ TEST(CliFlags, HelpShowsEveryDefault) {
   }
 }
 
+// bench runs on a tiny model (its 512-id vocabulary folds bench.py's prompt ids) and prints, for
+// each --prefill-lens length, the prompt's matmul and causal attention FLOPs apart.
+TEST(CliFlags, BenchPrefillLengthsShowAttentionFlops) {
+  const std::string model = test::tiny_model("tiny");
+  CliResult r = nanovllm("bench --model " + model + " --num-seqs 3 --max-input-len 24 --min-len 8 --max-output-len 8"
+                         " --prefill-lens 16,96" + engine_flags());
+  ASSERT_EQ(r.status, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["prefill_lens"].size(), 2u) << r.out;
+  // tiny: 2 layers, 4 heads of 32: causal attention of n tokens = 4 * 2 * 4 * 32 * n (n + 1) / 2
+  for (int i = 0; i < 2; ++i) {
+    const nlohmann::json& row = j["prefill_lens"][i];
+    const double n = i == 0 ? 16 : 96;
+    EXPECT_EQ(row["tokens"].get<double>(), n);
+    EXPECT_NEAR(row["attention_gflop"].get<double>(), 4.0 * 2 * 4 * 32 * n * (n + 1) / 2 / 1e9, 1e-12);
+    EXPECT_GT(row["matmul_gflop"].get<double>(), 0);
+    EXPECT_GT(row["seconds"].get<double>(), 0);
+    EXPECT_NEAR(row["gflops"].get<double>(),
+                (row["matmul_gflop"].get<double>() + row["attention_gflop"].get<double>()) / row["seconds"].get<double>(),
+                1e-6 * row["gflops"].get<double>());
+  }
+  EXPECT_EQ(j["prefill_tokens"], 16);  // the first length, under the keys scripts read
+  EXPECT_NE(r.err.find("prefill, 96 tokens:"), std::string::npos) << r.err;
+
+  CliResult too_long = nanovllm("bench --model " + model + " --prefill-lens 2048" + engine_flags());
+  EXPECT_NE(too_long.status, 0);
+  EXPECT_NE(too_long.err.find("--prefill-lens 2048 needs --max-model-len above it (it is 1024)"), std::string::npos)
+      << too_long.err;
+}
+
 TEST(CliFlags, SizesTakeUnits) {
   const std::string model = test::tiny_model("tiny");
   const auto base = generated_ids(model, "--temperature 0");

@@ -112,6 +112,21 @@ TEST(BenchWorkload, SmallConfig) {
   EXPECT_EQ(w.max_tokens[4], 86);
 }
 
+TEST(BenchWorkload, FoldsIntoASmallVocabularyOnly) {
+  BenchWorkload w = make_bench_workload(16, 256, 256, 64, 0);
+  const BenchWorkload drawn = w;
+  fold_into_vocabulary(w, 151936);  // a real vocabulary: bench.py's ids, untouched
+  EXPECT_EQ(w.prompts, drawn.prompts);
+  fold_into_vocabulary(w, 512);
+  EXPECT_EQ(w.prompts[0][0], 6890 % 512);
+  EXPECT_EQ(w.max_tokens, drawn.max_tokens);
+  for (size_t i = 0; i < w.prompts.size(); ++i) {
+    ASSERT_EQ(w.prompts[i].size(), drawn.prompts[i].size());
+    for (size_t j = 0; j < w.prompts[i].size(); ++j) EXPECT_EQ(w.prompts[i][j], drawn.prompts[i][j] % 512);
+  }
+  EXPECT_THROW(fold_into_vocabulary(w, 0), Error);
+}
+
 TEST(BenchWorkload, RejectsBadLengths) {
   EXPECT_THROW(make_bench_workload(4, 10, 10, 0, 0), Error);
   EXPECT_THROW(make_bench_workload(4, 10, 100, 20, 0), Error);
