@@ -3,11 +3,15 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <random>
+#include <string>
 
+#include "backend/cpu/isa.h"
 #include "engine/llm_engine.h"
 #include "model/model_fixture.h"
 #include "nanovllm/llm.h"
+#include "util/check.h"
 
 namespace nanovllm {
 namespace {
@@ -45,6 +49,9 @@ class Invariants : public ::testing::Test {
   Config config = test::tiny_config(model);
   std::mt19937 rng{1234};
   int vocab = test::vocab_size(model);
+  // Prefix cache on = off, chunked prefill (both schedulings) = one step, batch = alone, over
+  // prompts sharing a prefix and prompts longer than the chunk budget.
+  void check_invariants();
 };
 
 TEST_F(Invariants, PrefixCacheOnEqualsOff) {
@@ -107,6 +114,49 @@ TEST_F(Invariants, ChunkedPrefillEqualsLargeBudget) {
     chunked.scheduling = scheduling;
     EXPECT_EQ(greedy(chunked, prompts, 16), want) << scheduling;
   }
+}
+
+// The opt-in bf16 prefill attention (NANOVLLM_PREFILL_ATTENTION=bf16, where the CPU has AVX-512
+// BF16) keeps every row's arithmetic independent of its chunk and batch: chunked prefill,
+// prefix caching and batching still change no token.
+TEST_F(Invariants, Bf16PrefillAttentionKeepsTheInvariants) {
+  const char* saved = std::getenv("NANOVLLM_PREFILL_ATTENTION");
+  const std::string keep = saved ? saved : "";
+  setenv("NANOVLLM_PREFILL_ATTENTION", "bf16", 1);
+  if (!cpu::cpu_has_avx512_bf16()) {  // asked for where it cannot run: a clear error
+    EXPECT_THROW(LLM probe(config), Error);
+  } else {
+    LLM probe(config);
+    EXPECT_NE(probe.engine().backend().describe().find("prefill attention bf16"), std::string::npos)
+        << probe.engine().backend().describe();
+    check_invariants();
+  }
+  if (saved) setenv("NANOVLLM_PREFILL_ATTENTION", keep.c_str(), 1);
+  else unsetenv("NANOVLLM_PREFILL_ATTENTION");
+}
+
+void Invariants::check_invariants() {
+  std::vector<int32_t> shared = random_tokens(rng, 40, vocab);
+  Prompts prompts = {random_tokens(rng, 150, vocab), random_tokens(rng, 20, vocab),
+                     random_tokens(rng, 97, vocab), shared};
+  for (int i = 0; i < 2; ++i) {
+    std::vector<int32_t> p = shared;
+    std::vector<int32_t> tail = random_tokens(rng, 5 + 9 * i, vocab);
+    p.insert(p.end(), tail.begin(), tail.end());
+    prompts.push_back(p);
+  }
+  Config off = config;
+  off.enable_prefix_caching = false;
+  const auto want = greedy(off, prompts, 16);
+  EXPECT_EQ(greedy(config, prompts, 16), want) << "prefix cache on";
+  Config chunked = config;
+  chunked.max_num_batched_tokens = 32;
+  for (const char* scheduling : {"mixed", "prefill_first"}) {
+    chunked.scheduling = scheduling;
+    EXPECT_EQ(greedy(chunked, prompts, 16), want) << "chunked, " << scheduling;
+  }
+  for (size_t i = 0; i < prompts.size(); ++i)
+    EXPECT_EQ(greedy(off, {prompts[i]}, 16)[0], want[i]) << "alone: prompt " << i;
 }
 
 TEST_F(Invariants, BatchEqualsAlone) {

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -70,6 +71,15 @@ class CpuOps : public ::testing::Test {
  protected:
   cpu::CpuBackend be{2};
   std::mt19937 rng{1234};
+  // The backends attention_prefill is tested on: the default (f32 matmuls) and, where the CPU
+  // has AVX-512 BF16 and NANOVLLM_CPU_ISA allows it, the opt-in bf16 kernel.
+  std::vector<std::unique_ptr<cpu::CpuBackend>> prefill_backends() const {
+    std::vector<std::unique_ptr<cpu::CpuBackend>> out;
+    out.push_back(std::make_unique<cpu::CpuBackend>(2, std::nullopt, false));
+    if (cpu::detect_gemm_isa() == cpu::GemmIsa::AVX512_BF16)
+      out.push_back(std::make_unique<cpu::CpuBackend>(2, std::nullopt, true));
+    return out;
+  }
 };
 
 TEST_F(CpuOps, RegistryMakesCpuAndRejectsOthers) {
@@ -297,7 +307,8 @@ struct PagedCase {
         .slice_last(0, hq * d)
         .unflatten_last(hq);
   }
-  Vec reference(float scale) const {
+  // round_q: q rounded to bf16 first, as the AVX-512 BF16 prefill kernel does.
+  Vec reference(float scale, bool round_q = false) const {
     Vec out;
     int64_t row = 0;
     const int64_t width = (hq + 2 * hkv) * d;
@@ -305,6 +316,7 @@ struct PagedCase {
       Vec qb;
       for (int64_t i = 0; i < seqs[b].seqlen_q; ++i, ++row)
         qb.insert(qb.end(), q.begin() + row * width, q.begin() + row * width + hq * d);
+      if (round_q) qb = ref::round_bf16(qb);
       Vec o = ref::attention(qb, k[b], v[b], seqs[b].seqlen_q, seqs[b].context, hq, hkv, d, scale);
       out.insert(out.end(), o.begin(), o.end());
     }
@@ -312,29 +324,45 @@ struct PagedCase {
   }
 };
 
+// attention_prefill against the fp32 reference. On the opt-in AVX-512 BF16 kernel (prefill_bf16()) the
+// reference takes q rounded to bf16, and P's rounding to bf16 may move an output by up to
+// 2^-8 of the largest |v| (the kernel's sum l is of the unrounded P); elsewhere f32 rounding only.
+void expect_prefill_close(const cpu::CpuBackend& be, const Vec& out, const PagedCase& c, float scale,
+                          const char* what) {
+  const bool bf16 = be.prefill_bf16() && c.d % 16 == 0;
+  float vmax = 0.0f;
+  for (const Vec& vs : c.v)
+    for (float x : vs) vmax = std::max(vmax, std::fabs(x));
+  expect_close(out, c.reference(scale, bf16), 2e-5f + (bf16 ? 4.1e-3f * vmax : 0.0f), 1e-4f, what);
+}
+
 TEST_F(CpuOps, AttentionPrefill) {
   const std::vector<SeqSpec> specs = {{17, 17}, {3, 40}, {1, 1}, {20, 53}, {5, 16}};
-  for (int64_t d : {32, 64, 128})
-    for (auto [hq, hkv] : {std::pair<int64_t, int64_t>{4, 4}, {4, 2}, {8, 2}})
-      for (int64_t bs : {16, 256}) {
-        PagedCase c(rng, hq, hkv, d, bs, specs, true);
-        const float scale = 1.0f / std::sqrt(float(d));
-        Vec out(size_t(c.tokens() * hq * d));
-        be.attention_prefill(Tensor::contiguous(out.data(), DType::F32, {c.tokens(), hq, d}),
-                             c.q_view(), c.cache(), c.batch, scale);
-        SCOPED_TRACE(testing::Message()
-                     << "d=" << d << " hq=" << hq << " hkv=" << hkv << " bs=" << bs);
-        expect_close(out, c.reference(scale), 2e-5f, 1e-4f, "attention_prefill");
-      }
+  for (const auto& pb : prefill_backends())
+    for (int64_t d : {32, 64, 128})
+      for (auto [hq, hkv] : {std::pair<int64_t, int64_t>{4, 4}, {4, 2}, {8, 2}})
+        for (int64_t bs : {16, 256}) {
+          PagedCase c(rng, hq, hkv, d, bs, specs, true);
+          const float scale = 1.0f / std::sqrt(float(d));
+          Vec out(size_t(c.tokens() * hq * d));
+          pb->attention_prefill(Tensor::contiguous(out.data(), DType::F32, {c.tokens(), hq, d}),
+                                c.q_view(), c.cache(), c.batch, scale);
+          SCOPED_TRACE(testing::Message() << pb->describe() << " d=" << d << " hq=" << hq
+                                          << " hkv=" << hkv << " bs=" << bs);
+          expect_prefill_close(*pb, out, c, scale, "attention_prefill");
+        }
 }
 
 TEST_F(CpuOps, AttentionPrefillLongPrompt) {  // many query blocks and key chunks in one sequence
-  PagedCase c(rng, 4, 2, 64, 16, {{150, 170}}, true);
-  const float scale = 0.125f;
-  Vec out(size_t(c.tokens() * 4 * 64));
-  be.attention_prefill(Tensor::contiguous(out.data(), DType::F32, {c.tokens(), 4, 64}), c.q_view(),
-                       c.cache(), c.batch, scale);
-  expect_close(out, c.reference(scale), 2e-5f, 1e-4f, "attention_prefill long");
+  for (const auto& pb : prefill_backends()) {
+    PagedCase c(rng, 4, 2, 64, 16, {{150, 170}}, true);
+    const float scale = 0.125f;
+    Vec out(size_t(c.tokens() * 4 * 64));
+    pb->attention_prefill(Tensor::contiguous(out.data(), DType::F32, {c.tokens(), 4, 64}),
+                          c.q_view(), c.cache(), c.batch, scale);
+    SCOPED_TRACE(pb->describe());
+    expect_prefill_close(*pb, out, c, scale, "attention_prefill long");
+  }
 }
 
 TEST_F(CpuOps, AttentionDecode) {
@@ -369,16 +397,17 @@ TEST_F(CpuOps, AttentionPrefillTiles) {
       {16, 8, 128, 16, {{97, 161}}},
       {32, 2, 64, 16, {{11, 60}, {2, 2}}},  // group 16: one token per query block
   };
-  for (const Case& cs : cases) {
-    PagedCase c(rng, cs.hq, cs.hkv, cs.d, cs.bs, cs.specs, true);
-    const float scale = 1.0f / std::sqrt(float(cs.d));
-    Vec out(size_t(c.tokens() * cs.hq * cs.d));
-    be.attention_prefill(Tensor::contiguous(out.data(), DType::F32, {c.tokens(), cs.hq, cs.d}),
-                         c.q_view(), c.cache(), c.batch, scale);
-    SCOPED_TRACE(testing::Message() << "d=" << cs.d << " hq=" << cs.hq << " hkv=" << cs.hkv
-                                    << " bs=" << cs.bs);
-    expect_close(out, c.reference(scale), 2e-5f, 1e-4f, "attention_prefill tiles");
-  }
+  for (const auto& pb : prefill_backends())
+    for (const Case& cs : cases) {
+      PagedCase c(rng, cs.hq, cs.hkv, cs.d, cs.bs, cs.specs, true);
+      const float scale = 1.0f / std::sqrt(float(cs.d));
+      Vec out(size_t(c.tokens() * cs.hq * cs.d));
+      pb->attention_prefill(Tensor::contiguous(out.data(), DType::F32, {c.tokens(), cs.hq, cs.d}),
+                            c.q_view(), c.cache(), c.batch, scale);
+      SCOPED_TRACE(testing::Message() << pb->describe() << " d=" << cs.d << " hq=" << cs.hq
+                                      << " hkv=" << cs.hkv << " bs=" << cs.bs);
+      expect_prefill_close(*pb, out, c, scale, "attention_prefill tiles");
+    }
 }
 
 // Decode of few sequences with long contexts: each is split into partitions whose softmax
@@ -428,6 +457,47 @@ TEST_F(CpuOps, AttentionDecodeWideShapesBothIsas) {
           expect_close(out, c.reference(scale), 2e-5f, 1e-4f, "attention_decode wide");
         }
   }
+}
+
+// NANOVLLM_PREFILL_ATTENTION: unset or f32 keeps the f32 prefill matmuls; bf16 opts into the AVX-512
+// BF16 kernel (describe() says so; an Error where the GEMMs are not AVX-512 BF16); any other
+// value is an Error naming the accepted ones.
+TEST(CpuIsa, PrefillAttentionEnvironmentVariable) {
+  const char* saved_isa = std::getenv("NANOVLLM_CPU_ISA");
+  const char* saved = std::getenv("NANOVLLM_PREFILL_ATTENTION");
+  const std::string keep_isa = saved_isa ? saved_isa : "", keep = saved ? saved : "";
+  unsetenv("NANOVLLM_CPU_ISA");
+  unsetenv("NANOVLLM_PREFILL_ATTENTION");
+  EXPECT_FALSE(cpu::CpuBackend(1).prefill_bf16());
+  setenv("NANOVLLM_PREFILL_ATTENTION", "f32", 1);
+  EXPECT_FALSE(cpu::CpuBackend(1).prefill_bf16());
+  setenv("NANOVLLM_PREFILL_ATTENTION", "bf16", 1);
+  if (cpu::cpu_has_avx512_bf16()) {
+    cpu::CpuBackend b(1);
+    EXPECT_TRUE(b.prefill_bf16());
+    EXPECT_NE(b.describe().find("prefill attention bf16"), std::string::npos) << b.describe();
+  } else {
+    EXPECT_THROW(cpu::CpuBackend(1), Error);
+  }
+  setenv("NANOVLLM_CPU_ISA", "avx2", 1);
+  try {
+    cpu::CpuBackend b(1);
+    ADD_FAILURE() << "bf16 prefill attention accepted with NANOVLLM_CPU_ISA=avx2";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("needs AVX-512 BF16"), std::string::npos) << e.what();
+  }
+  unsetenv("NANOVLLM_CPU_ISA");
+  setenv("NANOVLLM_PREFILL_ATTENTION", "fp16", 1);
+  try {
+    cpu::CpuBackend b(1);
+    ADD_FAILURE() << "NANOVLLM_PREFILL_ATTENTION=fp16 accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("must be f32 or bf16, got 'fp16'"), std::string::npos) << e.what();
+  }
+  if (saved_isa) setenv("NANOVLLM_CPU_ISA", keep_isa.c_str(), 1);
+  else unsetenv("NANOVLLM_CPU_ISA");
+  if (saved) setenv("NANOVLLM_PREFILL_ATTENTION", keep.c_str(), 1);
+  else unsetenv("NANOVLLM_PREFILL_ATTENTION");
 }
 
 // NANOVLLM_CPU_ISA: avx2 forces the AVX2 GEMM and decode attention and describe() says so;

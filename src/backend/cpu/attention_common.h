@@ -62,6 +62,8 @@ struct PrefillItem {
 // Runs the prefill kernel over `items` on the pool, most expensive first (sorts `items`).
 // Defined in attention_prefill.cpp.
 void run_prefill_items(ThreadPool& pool, const AttnArgs& a, std::vector<PrefillItem>& items);
+// The same on AVX-512 BF16 (head_dim % 16 == 0). Defined in attention_prefill_bf16.cpp.
+void run_prefill_items_bf16(ThreadPool& pool, const AttnArgs& a, std::vector<PrefillItem>& items);
 
 // Element offset of key `key`'s token row ([Hkv, D]) in the cache of sequence row `table`.
 inline int64_t token_row(const AttnArgs& a, const int32_t* table, int64_t key) {

@@ -18,6 +18,7 @@
 #include "backend/cpu/attention_common.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/vec_avx2.h"
+#include "backend/cpu/vec_avx512.h"
 #include "runtime/fp8.h"
 
 #pragma GCC target("avx2,fma")
@@ -305,26 +306,6 @@ inline void load_bf16_pairs(const uint16_t* p, __m512& even, __m512& odd) {
   odd = _mm512_castsi512_ps(_mm512_and_si512(x, _mm512_set1_epi32(int(0xffff0000u))));
 }
 
-// Same polynomial as vec::exp, 16 lanes.
-inline __m512 exp16(__m512 x) {
-  x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.3f)), _mm512_set1_ps(88.3f));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187e-06f), r);
-  __m512 p = _mm512_set1_ps(1.0f / 5040);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  const __m512i e =
-      _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
-  return _mm512_mul_ps(p, _mm512_castsi512_ps(e));
-}
-
 // Per 128-bit lane l: (sum of a's lane l, b's, c's, d's).
 inline __m512 reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
   const __m512 t0 = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
@@ -479,10 +460,10 @@ void decode_partition512(const AttnArgs& a, const DecodeItem& it, float* m, floa
       for (int64_t j = 1; j < n; ++j) mx = _mm512_max_ps(mx, _mm512_load_ps(sb + j * 16));
       const __m512 m_old = _mm512_load_ps(m + b * 16);
       const __m512 m_new = _mm512_max_ps(m_old, mx);
-      const __m512 c = exp16(_mm512_sub_ps(m_old, m_new));  // m_old = -inf: ~1e-38 times 0
+      const __m512 c = vec::exp16(_mm512_sub_ps(m_old, m_new));  // m_old = -inf: ~1e-38 times 0
       __m512 lv = _mm512_mul_ps(_mm512_load_ps(l + b * 16), c);
       for (int64_t j = 0; j < n; ++j) {
-        const __m512 p = exp16(_mm512_sub_ps(_mm512_load_ps(sb + j * 16), m_new));
+        const __m512 p = vec::exp16(_mm512_sub_ps(_mm512_load_ps(sb + j * 16), m_new));
         lv = _mm512_add_ps(lv, p);
         _mm512_store_ps(sb + j * 16, p);
       }

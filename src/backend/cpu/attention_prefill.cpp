@@ -1,5 +1,6 @@
-// CpuBackend::attention_prefill over the paged bf16 or fp8 KV cache: a tiled flash attention (also run
-// by attention_decode for GQA groups above 8).
+// CpuBackend::attention_prefill over the paged bf16 or fp8 KV cache: a tiled flash attention in f32
+// on AVX2 (also run by attention_decode for GQA groups above 8). Where the GEMMs run on AVX-512
+// BF16, prefill takes the same tiling on vdpbf16ps instead (attention_prefill_bf16.cpp).
 //
 // One work item = (sequence, kv head, block of query tokens): its rows are every query head of
 // the GQA group for each of those tokens (about kRowsTarget rows, padded to a multiple of 8). The
@@ -262,7 +263,10 @@ void CpuBackend::attention_prefill(Tensor out, Tensor q, const LayerKVCache& cac
         items.push_back({b, h, q0, t0, t1, ctx - (q1 - q0), (t1 - t0) * keys});
       }
   }
-  run_prefill_items(pool_, a, items);
+  if (prefill_bf16() && a.head_dim % 16 == 0)
+    run_prefill_items_bf16(pool_, a, items);
+  else
+    run_prefill_items(pool_, a, items);
 }
 
 }  // namespace nanovllm::cpu

@@ -43,15 +43,22 @@ void check_embedding(const Tensor& out, const Tensor& ids, const LinearWeight& t
 
 }  // namespace
 
-CpuBackend::CpuBackend(int num_threads, std::optional<CpuIsa> isa)
+CpuBackend::CpuBackend(int num_threads, std::optional<CpuIsa> isa, std::optional<bool> prefill_bf16)
     : pool_(resolve_threads(num_threads)),
       gemm_isa_(select_gemm_isa(isa ? *isa : cpu_isa_from_env())),
-      decode_avx512_((isa ? *isa : cpu_isa_from_env()) != CpuIsa::AVX2 && cpu_has_avx512()) {}
+      decode_avx512_((isa ? *isa : cpu_isa_from_env()) != CpuIsa::AVX2 && cpu_has_avx512()),
+      prefill_bf16_(prefill_bf16 ? *prefill_bf16 : prefill_bf16_from_env()) {
+  if (prefill_bf16_ && gemm_isa_ != GemmIsa::AVX512_BF16)
+    fail("the bf16 prefill attention (NANOVLLM_PREFILL_ATTENTION=bf16) needs AVX-512 BF16, which "
+         "this CPU lacks or NANOVLLM_CPU_ISA=avx2 turned off");
+}
 
 // e.g. "cpu (gemm avx512_bf16, decode attention avx512, 2 threads)".
 std::string CpuBackend::describe() const {
-  return fmt::format("cpu (gemm {}, decode attention {}, {} thread{})", gemm_isa_name(gemm_isa_),
-                     decode_avx512_ ? "avx512" : "avx2", pool_.size(), pool_.size() == 1 ? "" : "s");
+  return fmt::format("cpu (gemm {}, decode attention {}{}, {} thread{})", gemm_isa_name(gemm_isa_),
+                     decode_avx512_ ? "avx512" : "avx2",
+                     prefill_bf16_ ? ", prefill attention bf16" : "", pool_.size(),
+                     pool_.size() == 1 ? "" : "s");
 }
 
 DeviceMemory CpuBackend::memory_info() const {

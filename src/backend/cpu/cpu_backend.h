@@ -25,7 +25,10 @@ class CpuBackend : public Backend {
  public:
   // num_threads 0 = std::thread::hardware_concurrency(); isa: the kernels to run (nullopt:
   // NANOVLLM_CPU_ISA, isa.h). Throws Error when the CPU cannot run the ISA asked for.
-  explicit CpuBackend(int num_threads = 0, std::optional<CpuIsa> isa = std::nullopt);
+  // prefill_bf16: the bf16 prefill attention (unset: NANOVLLM_PREFILL_ATTENTION, isa.h); it
+  // needs the AVX-512 BF16 GEMM ISA (an Error otherwise).
+  explicit CpuBackend(int num_threads = 0, std::optional<CpuIsa> isa = std::nullopt,
+                      std::optional<bool> prefill_bf16 = std::nullopt);
 
   DeviceKind device() const override { return DeviceKind::CPU; }
   std::string describe() const override;
@@ -35,6 +38,9 @@ class CpuBackend : public Backend {
   // Whether attention_decode may take the AVX-512 kernels (for head_dim 64/128 and a multiple of
   // 16 query heads; other shapes run the AVX2 ones).
   bool decode_avx512() const { return decode_avx512_; }
+  // Whether attention_prefill runs its matmuls on AVX-512 BF16 (q and P rounded to bf16, for
+  // head_dim a multiple of 16) rather than in f32 on AVX2: opt-in (the constructor).
+  bool prefill_bf16() const { return prefill_bf16_; }
   ThreadPool& pool() { return pool_; }
 
   Buffer alloc(size_t bytes) override;
@@ -57,7 +63,7 @@ class CpuBackend : public Backend {
   void store_kv(Tensor k, Tensor v, const LayerKVCache& cache,
                 const ForwardBatch& batch) override;  // kv_cache.cpp
   void attention_prefill(Tensor out, Tensor q, const LayerKVCache& cache, const ForwardBatch& batch,
-                         float scale) override;  // attention_prefill.cpp
+                         float scale) override;  // attention_prefill(_bf16).cpp
   void attention_decode(Tensor out, Tensor q, const LayerKVCache& cache, const ForwardBatch& batch,
                         float scale) override;  // attention_decode.cpp
   void gather_rows(Tensor out, Tensor x, Tensor indices) override;
@@ -74,6 +80,7 @@ class CpuBackend : public Backend {
   GemmIsa gemm_isa_;
   GemmScratch gemm_scratch_;  // the GEMMs' packed x, grown to the largest step's
   bool decode_avx512_;
+  bool prefill_bf16_;
 };
 
 }  // namespace nanovllm::cpu

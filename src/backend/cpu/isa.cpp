@@ -20,6 +20,14 @@ CpuIsa cpu_isa_from_env() {
   return env ? parse_cpu_isa(env) : CpuIsa::Auto;
 }
 
+bool prefill_bf16_from_env() {
+  const char* env = std::getenv("NANOVLLM_PREFILL_ATTENTION");
+  const std::string_view v = env ? env : "";
+  if (v.empty() || v == "f32") return false;
+  if (v == "bf16") return true;
+  fail("NANOVLLM_PREFILL_ATTENTION must be f32 or bf16, got '{}'", v);
+}
+
 const char* cpu_isa_name(CpuIsa isa) {
   switch (isa) {
     case CpuIsa::Auto:

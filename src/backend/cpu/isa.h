@@ -17,6 +17,12 @@ CpuIsa parse_cpu_isa(std::string_view s);
 CpuIsa cpu_isa_from_env();
 const char* cpu_isa_name(CpuIsa isa);
 
+// NANOVLLM_PREFILL_ATTENTION: "f32" (or unset) keeps attention_prefill's matmuls in f32 (logits
+// within 1e-3 of the bf16-storage reference); "bf16" runs them on AVX-512 BF16 with q and P
+// rounded to bf16 (1.3-1.7x faster attention on long prompts; logits about 4e-3 off on the
+// tiny models). Anything else throws Error naming the accepted values.
+bool prefill_bf16_from_env();
+
 // What the CPU can run: AVX-512 F/BW/VL/DQ (the decode-attention kernels) and, on top,
 // AVX-512 BF16 (the GEMM).
 bool cpu_has_avx512();
