@@ -7,7 +7,7 @@
 #include <random>
 #include <string>
 
-#include "backend/cpu/isa.h"
+#include "backend/cpu/gemm.h"
 #include "engine/llm_engine.h"
 #include "model/model_fixture.h"
 #include "nanovllm/llm.h"
@@ -116,14 +116,15 @@ TEST_F(Invariants, ChunkedPrefillEqualsLargeBudget) {
   }
 }
 
-// The opt-in bf16 prefill attention (NANOVLLM_PREFILL_ATTENTION=bf16, where the CPU has AVX-512
-// BF16) keeps every row's arithmetic independent of its chunk and batch: chunked prefill,
+// The opt-in bf16 prefill attention (NANOVLLM_PREFILL_ATTENTION=bf16, where the GEMMs run on
+// AVX-512 BF16) keeps every row's arithmetic independent of its chunk and batch: chunked prefill,
 // prefix caching and batching still change no token.
 TEST_F(Invariants, Bf16PrefillAttentionKeepsTheInvariants) {
   const char* saved = std::getenv("NANOVLLM_PREFILL_ATTENTION");
   const std::string keep = saved ? saved : "";
   setenv("NANOVLLM_PREFILL_ATTENTION", "bf16", 1);
-  if (!cpu::cpu_has_avx512_bf16()) {  // asked for where it cannot run: a clear error
+  // Asked for where it cannot run (no AVX-512 BF16, or NANOVLLM_CPU_ISA=avx2): a clear error.
+  if (cpu::detect_gemm_isa() != cpu::GemmIsa::AVX512_BF16) {
     EXPECT_THROW(LLM probe(config), Error);
   } else {
     LLM probe(config);
