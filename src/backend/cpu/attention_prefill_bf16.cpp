@@ -35,6 +35,8 @@ namespace nanovllm::cpu::attention_detail {
 namespace {
 
 constexpr int64_t kTile = 64;  // keys per tile (even: P and V go in key pairs)
+// A key row's bf16 pairs read as u32 (the row is written as u16: no strict-aliasing assumption).
+using PairU32 = uint32_t __attribute__((__may_alias__));
 
 struct Bf16Scratch {
   std::vector<uint32_t> qp, pp, vp;
@@ -57,9 +59,9 @@ inline void qk_block(const uint32_t* qp, int64_t rp, int64_t r0, const uint16_t*
   for (int u = 0; u < KB; ++u)
 #pragma GCC unroll 16
     for (int i = 0; i < NR; ++i) acc[u][i] = _mm512_setzero_ps();
-  const uint32_t* kp[KB];
+  const PairU32* kp[KB];
 #pragma GCC unroll 16
-  for (int u = 0; u < KB; ++u) kp[u] = reinterpret_cast<const uint32_t*>(krow[k0 + u]);
+  for (int u = 0; u < KB; ++u) kp[u] = reinterpret_cast<const PairU32*>(krow[k0 + u]);
   for (int64_t p = 0; p < dp; ++p) {
     __m512i qv[NR];
 #pragma GCC unroll 16
