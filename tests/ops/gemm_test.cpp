@@ -13,7 +13,9 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <new>
 #include <random>
 #include <vector>
@@ -278,19 +280,20 @@ TEST(ThreadPool, ParallelForCoversEachIndexOnce) {
     for (int64_t n : {0, 1, 2, 3, 4, 7, 100, 1001}) {
       for (int64_t grain : {1, 3, 64}) {
         std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
-        std::vector<std::atomic<int>> per_thread(static_cast<size_t>(threads));
+        std::atomic<int> chunks{0};
         pool.parallel_for(
             n,
             [&](int64_t b, int64_t e, int t) {
               ASSERT_LT(b, e);
               ASSERT_GE(t, 0);
               ASSERT_LT(t, threads);
-              per_thread[size_t(t)]++;
+              chunks++;
               for (int64_t i = b; i < e; ++i) hits[size_t(i)]++;
             },
             grain);
         for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[size_t(i)].load(), 1) << "index " << i;
-        for (int t = 0; t < threads; ++t) ASSERT_LE(per_thread[size_t(t)].load(), 1);
+        // As many chunks as threads, or as units of `grain` when fewer.
+        ASSERT_EQ(chunks.load(), std::min<int64_t>(threads, (n + grain - 1) / grain));
       }
     }
   }
@@ -299,17 +302,52 @@ TEST(ThreadPool, ParallelForCoversEachIndexOnce) {
 TEST(ThreadPool, ChunksAreBalancedAndCallerRunsFirst) {
   ThreadPool pool(2);
   std::thread::id caller = std::this_thread::get_id(), chunk0;
-  int64_t sizes[2] = {0, 0};
+  std::mutex mu;
+  std::map<int64_t, int64_t> sizes;  // chunk begin -> size
   pool.parallel_for(
       10,
-      [&](int64_t b, int64_t e, int t) {
-        sizes[t] = e - b;
-        if (t == 0) chunk0 = std::this_thread::get_id();
+      [&](int64_t b, int64_t e, int) {
+        std::lock_guard<std::mutex> lock(mu);
+        sizes[b] = e - b;
+        if (b == 0) chunk0 = std::this_thread::get_id();
       },
       4);
-  EXPECT_EQ(chunk0, caller);
-  EXPECT_LE(std::abs(sizes[0] - sizes[1]), 4);
-  EXPECT_EQ(sizes[0] + sizes[1], 10);
+  EXPECT_EQ(chunk0, caller);  // the caller claims first
+  ASSERT_EQ(sizes.size(), 2u);
+  EXPECT_LE(std::abs(sizes.begin()->second - sizes.rbegin()->second), 4);
+  EXPECT_EQ(sizes.begin()->second + sizes.rbegin()->second, 10);
+}
+
+// run_shared: the caller alone can finish the work (a worker that never wakes costs nothing),
+// every unit is claimed once, the workers that joined have returned when it returns, and the
+// pool stays usable after a shared task whose workers were all late.
+TEST(ThreadPool, RunSharedNeedsNoLateWorker) {
+  for (int threads : {2, 4}) {
+    ThreadPool pool(threads);
+    for (int rep = 0; rep < 300; ++rep) {
+      const int64_t units = 1 + rep % 37;
+      std::atomic<int64_t> next{0};
+      std::vector<std::atomic<int>> hits(static_cast<size_t>(units));
+      std::atomic<int> running{0};
+      pool.run_shared([&](int) {
+        running++;
+        for (int64_t u; (u = next.fetch_add(1)) < units;) hits[size_t(u)]++;
+        running--;
+      });
+      EXPECT_EQ(running.load(), 0);  // no joined call outlives run_shared
+      for (int64_t u = 0; u < units; ++u) ASSERT_EQ(hits[size_t(u)].load(), 1) << u;
+      if (rep % 100 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));  // workers asleep
+      if (rep % 3 == 0) {  // interleaved with run_on_all, which still needs every thread
+        std::vector<std::atomic<int>> all(static_cast<size_t>(threads));
+        pool.run_on_all([&](int t) { all[size_t(t)]++; });
+        for (int t = 0; t < threads; ++t) ASSERT_EQ(all[size_t(t)].load(), 1);
+      }
+    }
+    EXPECT_THROW(pool.run_shared([](int t) {
+      if (t == 0) throw std::runtime_error("caller");
+    }),
+                 std::runtime_error);
+  }
 }
 
 TEST(ThreadPool, RunOnAllCallsEveryThreadOnce) {

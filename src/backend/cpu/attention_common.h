@@ -159,7 +159,7 @@ void run_dynamic(ThreadPool& pool, int64_t n, MakeState&& make_state, F&& fn) {
   if (pool.size() == 1 || n == 1) {
     work();
   } else {
-    pool.run_on_all([&](int) { work(); });
+    pool.run_shared([&](int) { work(); });
   }
 }
 

@@ -56,8 +56,9 @@ struct PackedX {
 };
 
 // Calls fn(u0, u1) on chunks of `chunk` units covering [0, units), which the pool's threads
-// claim from a shared counter rather than as fixed shares: a thread that starts late (woken
-// from sleep, or sharing its core with another process) then costs only the chunks it takes.
+// claim from a shared counter rather than as fixed shares (ThreadPool::run_shared): a thread
+// that starts late (woken from sleep, or sharing its core with another process) costs only the
+// chunks it takes, and none once the others have taken them all.
 template <typename Fn>
 void run_chunks(ThreadPool& pool, int64_t units, int64_t chunk, const Fn& fn) {
   std::atomic<int64_t> next{0};
@@ -68,7 +69,7 @@ void run_chunks(ThreadPool& pool, int64_t units, int64_t chunk, const Fn& fn) {
   if (pool.size() == 1 || units <= chunk)
     run(0);
   else
-    pool.run_on_all(run);
+    pool.run_shared(run);
 }
 
 // Small batches (M = 7..32) on the wide tiles: the rows are split into npass equal panels of

@@ -36,8 +36,10 @@ bool spin_until(Pred pred) {
 
 }  // namespace
 
-// generation_, pending_ and busy_ are read without the mutex while spinning, so every access
-// to them goes through std::atomic_ref; the mutex orders the sleeping paths.
+// generation_, pending_, joins_, busy_ and the task are read without the mutex while spinning,
+// so every access to them goes through std::atomic_ref; the mutex orders the sleeping paths.
+// A worker may skip a shared task entirely (it woke after the caller closed it): the next task
+// it sees is simply the newest one.
 ThreadPool::ThreadPool(int num_threads) : num_threads_(num_threads) {
   NV_CHECK(num_threads >= 1, "ThreadPool needs at least one thread, got {}", num_threads);
   workers_.reserve(size_t(num_threads - 1));
@@ -56,6 +58,9 @@ ThreadPool::~ThreadPool() {
 void ThreadPool::worker(int index) {
   std::atomic_ref<uint64_t> generation(generation_);
   std::atomic_ref<int> pending(pending_);
+  std::atomic_ref<uint64_t> joins(joins_);
+  std::atomic_ref<const std::function<void(int)>*> task_ref(task_);
+  std::atomic_ref<bool> shared_ref(task_shared_);
   uint64_t seen = 0;
   for (;;) {
     if (!spin_until([&] { return generation.load(std::memory_order_acquire) != seen; })) {
@@ -63,21 +68,48 @@ void ThreadPool::worker(int index) {
       wake_.wait(lock, [&] { return stop_ || generation.load(std::memory_order_acquire) != seen; });
       if (stop_) return;
     }
-    seen = generation.load(std::memory_order_acquire);
+    // A consistent view of the newest task (a shared task may be replaced while we look).
+    uint64_t g;
+    const std::function<void(int)>* task;
+    bool shared;
+    for (;;) {
+      g = generation.load(std::memory_order_acquire);
+      task = task_ref.load(std::memory_order_relaxed);
+      shared = shared_ref.load(std::memory_order_relaxed);
+      std::atomic_thread_fence(std::memory_order_acquire);
+      if (generation.load(std::memory_order_relaxed) == g) break;
+    }
+    seen = g;
+    if (shared) {  // join unless the caller is done with it (or a newer task replaced it)
+      uint64_t j = joins.load(std::memory_order_acquire);
+      bool joined = false;
+      while ((j >> 32) == (g & 0xffffffffu) && !(j & kClosed))
+        if (joins.compare_exchange_weak(j, j + 1, std::memory_order_acq_rel)) {
+          joined = true;
+          break;
+        }
+      if (!joined) continue;
+    }
     try {
-      (*task_)(index);
+      (*task)(index);
     } catch (...) {
       std::lock_guard<std::mutex> lock(mutex_);
       if (!error_) error_ = std::current_exception();
     }
-    if (pending.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+    const bool last = shared ? ((joins.fetch_sub(1, std::memory_order_acq_rel) - 1) & kActive) == 0
+                             : pending.fetch_sub(1, std::memory_order_acq_rel) == 1;
+    if (last) {
       std::lock_guard<std::mutex> lock(mutex_);  // the caller may be about to sleep on done_
       done_.notify_one();
     }
   }
 }
 
-void ThreadPool::run_on_all(const std::function<void(int)>& fn) {
+void ThreadPool::run_on_all(const std::function<void(int)>& fn) { dispatch(fn, false); }
+
+void ThreadPool::run_shared(const std::function<void(int)>& fn) { dispatch(fn, true); }
+
+void ThreadPool::dispatch(const std::function<void(int)>& fn, bool shared) {
   if (num_threads_ == 1) {
     fn(0);
     return;
@@ -87,12 +119,16 @@ void ThreadPool::run_on_all(const std::function<void(int)>& fn) {
            "ThreadPool is not reentrant: a dispatch is already in flight");
   std::atomic_ref<uint64_t> generation(generation_);
   std::atomic_ref<int> pending(pending_);
+  std::atomic_ref<uint64_t> joins(joins_);
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    task_ = &fn;
+    std::atomic_ref<const std::function<void(int)>*>(task_).store(&fn, std::memory_order_relaxed);
+    std::atomic_ref<bool>(task_shared_).store(shared, std::memory_order_relaxed);
     error_ = nullptr;
-    pending.store(num_threads_ - 1, std::memory_order_relaxed);
-    generation.fetch_add(1, std::memory_order_release);
+    const uint64_t g = generation.load(std::memory_order_relaxed) + 1;
+    pending.store(shared ? 0 : num_threads_ - 1, std::memory_order_relaxed);
+    joins.store((g & 0xffffffffu) << 32, std::memory_order_relaxed);
+    generation.store(g, std::memory_order_release);
   }
   wake_.notify_all();  // cheap when every worker is still spinning (no waiters)
 
@@ -102,16 +138,21 @@ void ThreadPool::run_on_all(const std::function<void(int)>& fn) {
   } catch (...) {
     caller_error = std::current_exception();
   }
-  if (!spin_until([&] { return pending.load(std::memory_order_acquire) == 0; })) {
+  // run_on_all: every worker; run_shared: the workers that joined before it closed.
+  auto done = [&] {
+    return shared ? (joins.load(std::memory_order_acquire) & kActive) == 0
+                  : pending.load(std::memory_order_acquire) == 0;
+  };
+  if (shared) joins.fetch_or(kClosed, std::memory_order_acq_rel);
+  if (!spin_until(done)) {
     std::unique_lock<std::mutex> lock(mutex_);
-    done_.wait(lock, [&] { return pending.load(std::memory_order_acquire) == 0; });
+    done_.wait(lock, done);
   }
   std::exception_ptr error;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     error = caller_error ? caller_error : error_;
     error_ = nullptr;
-    task_ = nullptr;
   }
   busy.store(false, std::memory_order_release);
   if (error) std::rethrow_exception(error);
@@ -127,7 +168,7 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
     fn(0, n, 0);
     return;
   }
-  // Thread t gets units/active units of `grain`, the last units%active threads one more (the
+  // Chunk c gets units/active units of `grain`, the last units%active chunks one more (the
   // last chunk is the one cut short by n, so the sizes stay within one grain of each other).
   const int64_t base = units / active, extra = units % active;
   auto chunk = [&](int t, int64_t* begin, int64_t* end) {
@@ -137,11 +178,13 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
     *begin = u0 * grain;
     *end = u1 * grain < n ? u1 * grain : n;
   };
-  run_on_all([&](int t) {
-    if (t >= active) return;
-    int64_t begin, end;
-    chunk(t, &begin, &end);
-    if (begin < end) fn(begin, end, t);
+  std::atomic<int64_t> next{0};
+  run_shared([&](int t) {
+    for (int64_t c; (c = next.fetch_add(1, std::memory_order_relaxed)) < active;) {
+      int64_t begin, end;
+      chunk(int(c), &begin, &end);
+      if (begin < end) fn(begin, end, t);
+    }
   });
 }
 

@@ -19,15 +19,25 @@ class ThreadPool {
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int size() const { return num_threads_; }
-  // Calls fn(begin, end, thread) on disjoint chunks covering [0, n), one chunk per thread
-  // (contiguous, sizes differing by at most one `grain`), and returns when all are done.
-  // The calling thread runs chunk 0. Not reentrant.
+  // Calls fn(begin, end, thread) on disjoint chunks covering [0, n), as many chunks as threads
+  // (contiguous, sizes differing by at most one `grain`), and returns when all are done. The
+  // chunks are claimed (run_shared): the calling thread runs chunk 0, and a thread may run
+  // several when another starts late. Not reentrant.
   void parallel_for(int64_t n, const std::function<void(int64_t, int64_t, int)>& fn,
                     int64_t grain = 1);
   // Calls fn(thread) once on every thread.
   void run_on_all(const std::function<void(int)>& fn);
+  // For work-sharing loops (each call claims units from a shared counter until none are left):
+  // calls fn(thread) on the caller and on every worker that picks the task up before the
+  // caller's own call has returned, and returns once those calls have. A worker that is asleep
+  // or waiting for its core (the machine shared with other processes; one of many cores) then
+  // costs nothing: the others take its units, and nobody waits for it to wake.
+  void run_shared(const std::function<void(int)>& fn);
 
  private:
+  static constexpr uint64_t kClosed = uint64_t(1) << 31;
+  static constexpr uint64_t kActive = kClosed - 1;
+  void dispatch(const std::function<void(int)>& fn, bool shared);
   void worker(int index);
   int num_threads_;
   std::vector<std::thread> workers_;
@@ -35,8 +45,12 @@ class ThreadPool {
   std::condition_variable wake_;
   std::condition_variable done_;
   const std::function<void(int)>* task_ = nullptr;
+  bool task_shared_ = false;  // run_shared's task: workers join it through joins_
   uint64_t generation_ = 0;
-  int pending_ = 0;
+  int pending_ = 0;           // run_on_all: workers yet to finish the task
+  // run_shared: (low 32 bits of the task's generation) << 32 | closed << 31 | workers running it.
+  // Closed once the caller's own call returns: no worker joins after that.
+  uint64_t joins_ = 0;
   bool stop_ = false;
   bool busy_ = false;         // a dispatch is in flight (catches reentrant use)
   std::exception_ptr error_;  // the first exception a worker's chunk threw, rethrown by the caller
