@@ -324,19 +324,23 @@ TEST(ThreadPool, ChunksAreBalancedAndCallerRunsFirst) {
 TEST(ThreadPool, RunSharedNeedsNoLateWorker) {
   for (int threads : {2, 4}) {
     ThreadPool pool(threads);
-    for (int rep = 0; rep < 300; ++rep) {
+    for (int rep = 0; rep < 3000; ++rep) {  // many dispatches of both kinds, back to back
       const int64_t units = 1 + rep % 37;
       std::atomic<int64_t> next{0};
       std::vector<std::atomic<int>> hits(static_cast<size_t>(units));
       std::atomic<int> running{0};
       pool.run_shared([&](int) {
         running++;
-        for (int64_t u; (u = next.fetch_add(1)) < units;) hits[size_t(u)]++;
+        for (int64_t u; (u = next.fetch_add(1)) < units;) {
+          volatile int spin = 0;  // a little work per unit, so that workers do join
+          for (int k = 0; k < 2000; ++k) spin = spin + k;
+          hits[size_t(u)]++;
+        }
         running--;
       });
       EXPECT_EQ(running.load(), 0);  // no joined call outlives run_shared
       for (int64_t u = 0; u < units; ++u) ASSERT_EQ(hits[size_t(u)].load(), 1) << u;
-      if (rep % 100 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));  // workers asleep
+      if (rep % 500 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(2));  // workers asleep
       if (rep % 3 == 0) {  // interleaved with run_on_all, which still needs every thread
         std::vector<std::atomic<int>> all(static_cast<size_t>(threads));
         pool.run_on_all([&](int t) { all[size_t(t)]++; });

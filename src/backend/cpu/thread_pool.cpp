@@ -60,7 +60,6 @@ void ThreadPool::worker(int index) {
   std::atomic_ref<int> pending(pending_);
   std::atomic_ref<uint64_t> joins(joins_);
   std::atomic_ref<const std::function<void(int)>*> task_ref(task_);
-  std::atomic_ref<bool> shared_ref(task_shared_);
   uint64_t seen = 0;
   for (;;) {
     if (!spin_until([&] { return generation.load(std::memory_order_acquire) != seen; })) {
@@ -68,18 +67,12 @@ void ThreadPool::worker(int index) {
       wake_.wait(lock, [&] { return stop_ || generation.load(std::memory_order_acquire) != seen; });
       if (stop_) return;
     }
-    // A consistent view of the newest task (a shared task may be replaced while we look).
-    uint64_t g;
-    const std::function<void(int)>* task;
-    bool shared;
-    for (;;) {
-      g = generation.load(std::memory_order_acquire);
-      task = task_ref.load(std::memory_order_relaxed);
-      shared = shared_ref.load(std::memory_order_relaxed);
-      std::atomic_thread_fence(std::memory_order_acquire);
-      if (generation.load(std::memory_order_relaxed) == g) break;
-    }
+    // The generation's low bit says whether the task is shared. The task pointer is read only
+    // once it cannot change: a run_on_all task waits for every worker, and a shared one for
+    // every worker that joined it.
+    const uint64_t g = generation.load(std::memory_order_acquire);
     seen = g;
+    const bool shared = g & 1;
     if (shared) {  // join unless the caller is done with it (or a newer task replaced it)
       uint64_t j = joins.load(std::memory_order_acquire);
       bool joined = false;
@@ -90,6 +83,7 @@ void ThreadPool::worker(int index) {
         }
       if (!joined) continue;
     }
+    const std::function<void(int)>* task = task_ref.load(std::memory_order_acquire);
     try {
       (*task)(index);
     } catch (...) {
@@ -123,9 +117,9 @@ void ThreadPool::dispatch(const std::function<void(int)>& fn, bool shared) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     std::atomic_ref<const std::function<void(int)>*>(task_).store(&fn, std::memory_order_relaxed);
-    std::atomic_ref<bool>(task_shared_).store(shared, std::memory_order_relaxed);
     error_ = nullptr;
-    const uint64_t g = generation.load(std::memory_order_relaxed) + 1;
+    // The next generation, its low bit the task's kind.
+    const uint64_t g = ((generation.load(std::memory_order_relaxed) >> 1) + 1) << 1 | uint64_t(shared);
     pending.store(shared ? 0 : num_threads_ - 1, std::memory_order_relaxed);
     joins.store((g & 0xffffffffu) << 32, std::memory_order_relaxed);
     generation.store(g, std::memory_order_release);

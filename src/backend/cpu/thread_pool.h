@@ -45,8 +45,7 @@ class ThreadPool {
   std::condition_variable wake_;
   std::condition_variable done_;
   const std::function<void(int)>* task_ = nullptr;
-  bool task_shared_ = false;  // run_shared's task: workers join it through joins_
-  uint64_t generation_ = 0;
+  uint64_t generation_ = 0;   // dispatches << 1 | 1 for a run_shared task (joined via joins_)
   int pending_ = 0;           // run_on_all: workers yet to finish the task
   // run_shared: (low 32 bits of the task's generation) << 32 | closed << 31 | workers running it.
   // Closed once the caller's own call returns: no worker joins after that.
