@@ -1,16 +1,23 @@
 #!/usr/bin/env bash
 # One command on the GPU machine (../shared/gpu/README.md), after scripts/gpu_prepare.sh ran on
 # the dev machine and .gpu was carried along:
-#   scripts/gpu.sh [PHASE...]     phases: build test kernels bench profile hf table
+#   scripts/gpu.sh [PHASE...]     phases: build test kernels bench peer latency profile hf table
 #                                 (default: build test kernels bench table)
 #   build  unpack the Debian build deps (.gpu/debs), NCCL from PyTorch's venv; configure
 #          build/gpu with CUDA for this GPU's arch only; build the CLI and the cuda tests
 #   test   ctest -L cuda (ops, attention, engine, CPU math), then compute-sanitizer memcheck on
 #          the op tests
 #   kernels  bench_cuda: copy bandwidth, decode/prefill attention and linear figures
-#   bench  probe.py (copy bandwidth, bf16 GEMM rate, measured now), a qwen3-0.6b model,
-#          `nanovllm bench --device cuda` with graphs and with --enforce-eager, and 8 greedy
+#   bench  probe.py (copy bandwidth, bf16 GEMM rate, measured now), a qwen3-0.6b model (with
+#          the Qwen3 tokenizer files when .gpu/tokenizer has them), `nanovllm bench --device
+#          cuda` with graphs, with --enforce-eager and with --kv-cache-dtype fp8, and 8 greedy
 #          outputs scored against transformers' fp32 forward (hf_compare.py)
+#   peer   nano-vllm (.gpu/nano-vllm, its flash-attn stand-in checked first by check_shim.py)
+#          beside us on the same folder and workload: 3 interleaved rounds of nano-vllm, ours
+#          with a bf16 KV cache and ours with fp8; medians and ratios (about 7 minutes)
+#   latency  one request beside nano-vllm (peers/latency_nanovllm.py): decode ms/token at batch 1
+#          against the weights' bound at the copy bandwidth, and the time to first token of a
+#          1,024-token prompt
 #   profile  nsys on a 64-sequence bench (when nsys is installed): the top kernels by GPU time
 #   hf     transformers' continuous batching on the same workload (slow: about 4 minutes)
 #   table  the results so far, one table (printed last by every run)
@@ -92,14 +99,17 @@ phase_bench() {
   tflops=$(json_field bf16_TFLOPs < "$out/probe.json")
   note probe ok "copy ${copy} TB/s, bf16 GEMM ${tflops} TFLOP/s ($(json_field gpu < "$out/probe.json"))"
   if [ ! -f "$model/config.json" ]; then
-    "$bin" make-model --preset qwen3-0.6b --out "$model" > "$out/make_model.log" 2>&1 || { note make-model FAIL "see make_model.log"; return; }
+    local tok=()
+    [ -f .gpu/tokenizer/tokenizer.json ] && tok=(--tokenizer .gpu/tokenizer)
+    "$bin" make-model --preset qwen3-0.6b "${tok[@]}" --out "$model" > "$out/make_model.log" 2>&1 || { note make-model FAIL "see make_model.log"; return; }
   fi
   # The issue's bound: 15.6 TB of KV + weights read by the bench workload's decode steps
   # (5.2 s at 3.0 TB/s), scaled to the copy bandwidth measured now.
   local mode flags
-  for mode in graphs eager; do
+  for mode in graphs eager fp8; do
     flags=()
     [ "$mode" = eager ] && flags=(--enforce-eager)
+    [ "$mode" = fp8 ] && flags=(--kv-cache-dtype fp8)
     # shellcheck disable=SC2086
     if timeout 300 "$bin" bench --model "$model" --device cuda "${flags[@]}" ${NANOVLLM_BENCH_FLAGS:-} \
         > "$out/bench_$mode.json" 2> "$out/bench_$mode.log"; then
@@ -165,6 +175,65 @@ print('; '.join(f'{r[-1][:40]} {float(r[0]):.1f}%' for r in rows[:6]))")"
   fi
 }
 
+# nano-vllm's bench (its best of 2 timed runs) and ours, interleaved, 3 rounds; medians.
+phase_peer() {
+  [ -f "$model/config.json" ] || { note peer FAIL "no model: run the bench phase first"; return; }
+  [ -f .gpu/nano-vllm/nanovllm/llm.py ] ||
+    { note peer FAIL ".gpu/nano-vllm/nanovllm missing: run scripts/gpu_prepare.sh with nano-vllm's source (NANOVLLM_PEER_GIT)"; return; }
+  [ -f "$model/tokenizer.json" ] || { note peer FAIL "nano-vllm needs tokenizer files in $model (.gpu/tokenizer)"; return; }
+  if ! python3 .gpu/kit/peers/check_shim.py > "$out/check_shim.log" 2>&1; then
+    note peer FAIL "flash-attn stand-in check failed: see check_shim.log"; return
+  fi
+  local i ours8 ours16 peer
+  : > "$out/peer_runs.tsv"
+  for i in 1 2 3; do
+    timeout 240 python3 .gpu/kit/peers/bench_nanovllm.py .gpu/nano-vllm "$model"       > "$out/nanovllm_$i.json" 2> "$out/nanovllm_$i.log" &&
+      printf 'nano-vllm\t%s\n' "$(json_field output_tok_s < "$out/nanovllm_$i.json")" >> "$out/peer_runs.tsv"
+    timeout 120 "$bin" bench --model "$model" --device cuda --no-roofline       > "$out/peer_bf16_$i.json" 2> "$out/peer_bf16_$i.log" &&
+      printf 'bf16\t%s\n' "$(json_field output_tok_per_s < "$out/peer_bf16_$i.json")" >> "$out/peer_runs.tsv"
+    timeout 120 "$bin" bench --model "$model" --device cuda --no-roofline --kv-cache-dtype fp8       > "$out/peer_fp8_$i.json" 2> "$out/peer_fp8_$i.log" &&
+      printf 'fp8\t%s\n' "$(json_field output_tok_per_s < "$out/peer_fp8_$i.json")" >> "$out/peer_runs.tsv"
+  done
+  note peer "$( [ "$(wc -l < "$out/peer_runs.tsv")" -eq 9 ] && echo ok || echo "FAIL (see peer logs)")" "$(python3 -c "
+import statistics
+runs = {}
+for line in open('$out/peer_runs.tsv'):
+    k, v = line.split('\t')
+    if v.strip(): runs.setdefault(k, []).append(float(v))
+med = {k: statistics.median(v) for k, v in runs.items()}
+def fmt(k): return f'{k} ' + '/'.join(f'{x:,.0f}' for x in runs.get(k, [])) + (f' (median {med[k]:,.0f})' if k in med else '')
+ratio = lambda k: f'{med[k] / med[\"nano-vllm\"]:.2f}x' if k in med and med.get('nano-vllm') else 'n/a'
+print('output tok/s: ' + '; '.join(fmt(k) for k in ('nano-vllm', 'bf16', 'fp8')) +
+      f'; ours / nano-vllm: bf16 {ratio(\"bf16\")}, fp8 {ratio(\"fp8\")}')")"
+}
+
+phase_latency() {
+  [ -f "$model/config.json" ] || { note latency FAIL "no model: run the bench phase first"; return; }
+  local nv=n/a nv_ttft=n/a
+  if [ -f .gpu/nano-vllm/nanovllm/llm.py ] &&
+      timeout 240 python3 .gpu/kit/peers/latency_nanovllm.py .gpu/nano-vllm "$model" \
+        > "$out/latency_nanovllm.json" 2> "$out/latency_nanovllm.log"; then
+    nv=$(json_field decode_ms_per_token_batch1 < "$out/latency_nanovllm.json")
+    nv_ttft=$(json_field ttft_1024_ms < "$out/latency_nanovllm.json")
+  fi
+  # Ours: bench's roofline runs one sequence decoding alone and one 1,024-token prompt alone.
+  if timeout 180 "$bin" bench --model "$model" --device cuda --num-seqs 4 --prefill-lens 1024 \
+      > "$out/latency_ours.json" 2> "$out/latency_ours.log"; then
+    note latency ok "$(python3 -c "
+import json
+j = json.loads(open('$out/latency_ours.json').read().splitlines()[-1])
+try: copy = json.loads(open('$out/probe.json').read().splitlines()[-1])['copy_TBps']
+except Exception: copy = 0
+bound = j['weight_gb_per_decode_step'] / copy if copy else float('nan')
+ms, ttft = j['decode_1seq_ms_per_token'], j['prefill_seconds'] * 1e3
+nv, nvt = '$nv', '$nv_ttft'
+print(f'decode batch 1: ours {ms:.3f} ms/token, nano-vllm {nv} (weights bound {bound:.3f} ms: ours at {ms / bound:.2f}x); '
+      f'TTFT 1,024 tokens: ours {ttft:.1f} ms, nano-vllm {nvt}')")"
+  else
+    note latency FAIL "see latency_ours.log: $(tail -1 "$out/latency_ours.log")"
+  fi
+}
+
 phase_hf() {
   [ -f "$model/config.json" ] || { note hf FAIL "no model: run the bench phase first"; return; }
   if timeout 540 python3 .gpu/kit/peers/bench_hf_cb.py "$model" > "$out/hf_cb.json" 2> "$out/hf_cb.log"; then
@@ -191,10 +260,12 @@ for p in "${phases[@]}"; do
     test) phase_test ;;
     kernels) phase_kernels ;;
     bench) phase_bench ;;
+    peer) phase_peer ;;
+    latency) phase_latency ;;
     profile) phase_profile ;;
     hf) phase_hf ;;
     table) ;;
-    *) echo "gpu.sh: unknown phase '$p' (build test kernels bench profile hf table)" >&2; exit 2 ;;
+    *) echo "gpu.sh: unknown phase '$p' (build test kernels bench peer latency profile hf table)" >&2; exit 2 ;;
   esac
 done
 phase_table

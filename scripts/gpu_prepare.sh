@@ -20,4 +20,21 @@ fi
 rm -rf .gpu/kit
 cp -r "$kit" .gpu/kit
 chmod -R u+w .gpu/kit
+# The Qwen3 tokenizer files, so that the GPU machine's model folder has them (nano-vllm needs them).
+if scripts/tokenizer_files.sh .gpu/tokenizer > /dev/null; then
+  echo "gpu_prepare: tokenizer files in .gpu/tokenizer"
+else
+  echo "gpu_prepare: no tokenizer files (run scripts/install_deps.sh); the peer phase will fail" >&2
+fi
+# nano-vllm's source, the yardstick of the peer phase (never committed: .gpu is ignored), from a
+# git directory of GeeeekExplorer/nano-vllm (default: where the fetch tool leaves it).
+peer_git=${NANOVLLM_PEER_GIT:-/work/.mirror/GeeeekExplorer+nano-vllm/repo}
+if git --git-dir="$peer_git" rev-parse -q --verify HEAD > /dev/null 2>&1; then
+  rm -rf .gpu/nano-vllm
+  mkdir -p .gpu/nano-vllm
+  git --git-dir="$peer_git" archive HEAD nanovllm | tar -x -C .gpu/nano-vllm
+  echo "gpu_prepare: nano-vllm $(git --git-dir="$peer_git" rev-parse --short HEAD) in .gpu/nano-vllm"
+else
+  echo "gpu_prepare: no nano-vllm git directory at $peer_git (set NANOVLLM_PEER_GIT); the peer phase will fail" >&2
+fi
 echo "gpu_prepare: .gpu ready ($(du -sh .gpu | cut -f1)); carry .gpu and run scripts/gpu.sh there"

@@ -149,6 +149,7 @@ void add_bench(CLI::App& app, Commands& commands) {
     j["device"] = engine.backend().describe();
     j["mem_bandwidth_gbs"] = ceilings.bandwidth_gbs;
     j["bf16_peak_gflops"] = ceilings.peak_gflops;
+    j["weight_gb_per_decode_step"] = weight_gb;
     if (a->sweep) {
       const std::vector<int> sweep = {1, 4, 16, 32, 64};
       std::vector<PhaseFigures> rows;

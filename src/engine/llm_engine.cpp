@@ -41,8 +41,6 @@ void validate_config(const Config& c) {
       !nccl_built())
     fail("tensor parallelism on cuda needs NCCL, which this build lacks (tensor_parallel_size {})",
          c.tensor_parallel_size);
-  if (c.kv_cache_dtype == "fp8" && c.device == "cuda")
-    fail("kv_cache_dtype fp8 is not implemented on cuda yet (use --kv-cache-dtype bf16 there)");
 }
 
 }  // namespace

@@ -1,14 +1,18 @@
 // The CUDA paged-KV ops against the fp32 reference: store_kv (slot -1 skipped), the fused
 // q/k-norm + RoPE + store_kv (equal to the separate ops bit for bit), prefill attention (varlen,
 // prefix-cached context, GQA, odd lengths) and split-K decode attention (multi-partition
-// contexts, batch invariance). Unused cache blocks and padded block-table columns hold NaN, so
+// contexts, batch invariance), each over a bf16 and an fp8 (E4M3) cache; under fp8 the reference
+// reads K/V rounded as the cache stores them (fp8(x / scale) * scale) and store_kv must write
+// exactly runtime/fp8.h's codes. Unused cache blocks and padded block-table columns hold NaN, so
 // any read outside a sequence's keys shows. Needs a GPU (label cuda).
 #include <algorithm>
 #include <array>
 #include <numeric>
+#include <optional>
 
 #include "cuda/cuda_fixture.h"
 #include "runtime/forward_batch.h"
+#include "runtime/fp8.h"
 
 namespace nanovllm {
 namespace {
@@ -29,8 +33,9 @@ class CudaAttention : public test::CudaTest {
   struct Case {
     int64_t hq, hkv, d, bs, num_blocks = 0, tokens = 0;
     std::vector<SeqSpec> seqs;
-    std::vector<Vec> k, v;  // per seq [context, hkv, d]
-    Vec qkv;                // [T, (hq + 2 hkv) d]
+    std::vector<Vec> k, v;                // per seq [context, hkv, d]
+    Vec qkv;                              // [T, (hq + 2 hkv) d]
+    std::optional<ref::Fp8KvScales> fp8;  // an fp8 cache with these scales, else bf16
     HostBatch host;
     ForwardBatch batch;
     LayerKVCache cache;
@@ -44,18 +49,20 @@ class CudaAttention : public test::CudaTest {
         Vec qb;
         for (int64_t i = 0; i < seqs[b].seqlen_q; ++i, ++row)
           qb.insert(qb.end(), qkv.begin() + row * width, qkv.begin() + row * width + hq * d);
-        Vec o =
-            ref::attention(qb, k[b], v[b], seqs[b].seqlen_q, seqs[b].context, hq, hkv, d, scale);
+        Vec o = ref::attention(qb, k[b], v[b], seqs[b].seqlen_q, seqs[b].context, hq, hkv, d, scale,
+                               fp8 ? &*fp8 : nullptr);
         out.insert(out.end(), o.begin(), o.end());
       }
       return out;
     }
   };
 
+  // fp8: an E4M3 cache holding fp8(x / scale) codes (NaN codes in unused blocks).
   std::unique_ptr<Case> make_case(int64_t hq, int64_t hkv, int64_t d, int64_t bs,
-                                  std::vector<SeqSpec> specs, bool prefill) {
+                                  std::vector<SeqSpec> specs, bool prefill,
+                                  std::optional<ref::Fp8KvScales> fp8 = std::nullopt) {
     auto c = std::make_unique<Case>();
-    c->hq = hq, c->hkv = hkv, c->d = d, c->bs = bs, c->seqs = std::move(specs);
+    c->hq = hq, c->hkv = hkv, c->d = d, c->bs = bs, c->seqs = std::move(specs), c->fp8 = fp8;
     int64_t max_blocks = 0;
     for (const auto& s : c->seqs) {
       c->num_blocks += (s.context + bs - 1) / bs;
@@ -68,6 +75,7 @@ class CudaAttention : public test::CudaTest {
     std::shuffle(perm.begin(), perm.end(), rng);
     const size_t elems = size_t(c->num_blocks * bs * hkv * d);
     std::vector<uint16_t> kc(elems, 0xffff), vc(elems, 0xffff);  // NaN
+    std::vector<uint8_t> k8(elems, 0x7f), v8(elems, 0x7f);       // NaN
     HostBatch& h = c->host;
     h.is_prefill = prefill;
     h.max_num_blocks = int(max_blocks + 1);
@@ -83,8 +91,13 @@ class CudaAttention : public test::CudaTest {
       for (int64_t j = 0; j < s.context; ++j) {
         const int64_t slot = table[size_t(j / bs)] * bs + j % bs;
         for (int64_t e = 0; e < hkv * d; ++e) {
-          kc[size_t(slot * hkv * d + e)] = f32_to_bf16(ks[size_t(j * hkv * d + e)]);
-          vc[size_t(slot * hkv * d + e)] = f32_to_bf16(vs[size_t(j * hkv * d + e)]);
+          const size_t at = size_t(slot * hkv * d + e), from = size_t(j * hkv * d + e);
+          kc[at] = f32_to_bf16(ks[from]);
+          vc[at] = f32_to_bf16(vs[from]);
+          if (fp8) {
+            k8[at] = float_to_fp8_e4m3(ks[from] / fp8->k_scale);
+            v8[at] = float_to_fp8_e4m3(vs[from] / fp8->v_scale);
+          }
         }
         if (j >= s.context - s.seqlen_q) {
           h.slot_mapping.push_back(int32_t(slot));
@@ -116,28 +129,46 @@ class CudaAttention : public test::CudaTest {
     be->upload(bt, h.block_tables.data());
     fb.block_tables = bt;
     const std::initializer_list<int64_t> shape = {c->num_blocks, bs, hkv, d};
-    c->cache.k = alloc(DType::BF16, shape);
-    c->cache.v = alloc(DType::BF16, shape);
-    be->upload(c->cache.k, kc.data());
-    be->upload(c->cache.v, vc.data());
+    const DType dt = fp8 ? DType::F8E4M3 : DType::BF16;
+    c->cache.k = alloc(dt, shape);
+    c->cache.v = alloc(dt, shape);
+    be->upload(c->cache.k, fp8 ? static_cast<const void*>(k8.data()) : kc.data());
+    be->upload(c->cache.v, fp8 ? static_cast<const void*>(v8.data()) : vc.data());
+    if (fp8) {
+      c->cache.k_scale = fp8->k_scale;
+      c->cache.v_scale = fp8->v_scale;
+    }
     c->qkv = random_bf16(rng, size_t(c->tokens * (hq + 2 * hkv) * d), -3.0f, 3.0f);
     c->qkv_t = bf16(c->qkv, {c->tokens, (hq + 2 * hkv) * d});
     return c;
   }
 };
 
+// The caches each attention test runs over: bf16, and fp8 with unit and uneven scales.
+const std::optional<ref::Fp8KvScales> kCaches[] = {std::nullopt, ref::Fp8KvScales{1.0f, 1.0f},
+                                                   ref::Fp8KvScales{0.25f, 3.0f}};
+
+std::string cache_name(const std::optional<ref::Fp8KvScales>& fp8) {
+  if (!fp8) return "bf16 cache";
+  return "fp8 cache (k_scale " + std::to_string(fp8->k_scale) + ", v_scale " +
+         std::to_string(fp8->v_scale) + ")";
+}
+
 TEST_F(CudaAttention, Prefill) {
   struct Shape {
     int64_t hq, hkv, d, bs;
   };
-  for (Shape s : {Shape{4, 2, 32, 16}, Shape{4, 4, 16, 16}, Shape{16, 8, 128, 256},
-                  Shape{6, 2, 64, 16}, Shape{8, 1, 128, 32}}) {
-    auto c = make_case(s.hq, s.hkv, s.d, s.bs, {{1, 1}, {37, 37}, {5, 70}, {90, 200}, {3, 3}},
-                       /*prefill=*/true);
-    const float scale = 1.0f / std::sqrt(float(s.d));
-    Tensor out = poisoned(DType::BF16, {c->tokens, s.hq, s.d});
-    be->attention_prefill(out, c->q(), c->cache, c->batch, scale);
-    expect_close_scaled(get(out), c->reference(scale), 2e-2, "attention_prefill");
+  for (const auto& fp8 : kCaches) {
+    SCOPED_TRACE(cache_name(fp8));
+    for (Shape s : {Shape{4, 2, 32, 16}, Shape{4, 4, 16, 16}, Shape{16, 8, 128, 256},
+                    Shape{6, 2, 64, 16}, Shape{8, 1, 128, 32}}) {
+      auto c = make_case(s.hq, s.hkv, s.d, s.bs, {{1, 1}, {37, 37}, {5, 70}, {90, 200}, {3, 3}},
+                         /*prefill=*/true, fp8);
+      const float scale = 1.0f / std::sqrt(float(s.d));
+      Tensor out = poisoned(DType::BF16, {c->tokens, s.hq, s.d});
+      be->attention_prefill(out, c->q(), c->cache, c->batch, scale);
+      expect_close_scaled(get(out), c->reference(scale), 2e-2, "attention_prefill");
+    }
   }
 }
 
@@ -145,109 +176,148 @@ TEST_F(CudaAttention, DecodeSplitKAndBatchInvariance) {
   struct Shape {
     int64_t hq, hkv, d, bs;
   };
-  for (Shape s : {Shape{4, 2, 32, 16}, Shape{4, 2, 16, 16}, Shape{16, 8, 128, 256},
-                  Shape{12, 4, 64, 16}, Shape{8, 8, 256, 32}}) {
-    std::vector<SeqSpec> specs;
-    for (int64_t ctx : {1, 255, 256, 257, 700, 33, 1100}) specs.push_back({1, ctx});
-    auto c = make_case(s.hq, s.hkv, s.d, s.bs, specs, /*prefill=*/false);
-    const float scale = 1.0f / std::sqrt(float(s.d));
-    Tensor out = poisoned(DType::BF16, {c->tokens, s.hq, s.d});
-    be->attention_decode(out, c->q(), c->cache, c->batch, scale);
-    Vec all = get(out);
-    expect_close_scaled(all, c->reference(scale), 2e-2, "attention_decode");
+  for (const auto& fp8 : kCaches) {
+    SCOPED_TRACE(cache_name(fp8));
+    for (Shape s : {Shape{4, 2, 32, 16}, Shape{4, 2, 16, 16}, Shape{16, 8, 128, 256},
+                    Shape{12, 4, 64, 16}, Shape{8, 8, 256, 32}}) {
+      std::vector<SeqSpec> specs;
+      for (int64_t ctx : {1, 255, 256, 257, 700, 33, 1100}) specs.push_back({1, ctx});
+      auto c = make_case(s.hq, s.hkv, s.d, s.bs, specs, /*prefill=*/false, fp8);
+      const float scale = 1.0f / std::sqrt(float(s.d));
+      Tensor out = poisoned(DType::BF16, {c->tokens, s.hq, s.d});
+      be->attention_decode(out, c->q(), c->cache, c->batch, scale);
+      Vec all = get(out);
+      expect_close_scaled(all, c->reference(scale), 2e-2, "attention_decode");
 
-    // Sequence 4 (700 keys, 3 partitions) alone: the same bits as inside the batch.
-    ForwardBatch one = c->batch;
-    one.num_seqs = 1;
-    one.num_tokens = 1;
-    const int64_t w = c->host.max_num_blocks, row_elems = s.hq * s.d;
-    one.context_lens = c->batch.context_lens.slice_rows(4, 5);
-    one.block_tables = c->batch.block_tables.slice_rows(4, 5);
-    Tensor q1 = c->q().slice_rows(4, 5);
-    Tensor out1 = poisoned(DType::BF16, {1, s.hq, s.d});
-    be->attention_decode(out1, q1, c->cache, one, scale);
-    Vec alone = get(out1);
-    EXPECT_TRUE(std::equal(alone.begin(), alone.end(), all.begin() + 4 * row_elems))
-        << "decode output of a sequence depends on its batch (table width " << w << ")";
+      // Sequence 4 (700 keys, 3 partitions) alone: the same bits as inside the batch.
+      ForwardBatch one = c->batch;
+      one.num_seqs = 1;
+      one.num_tokens = 1;
+      const int64_t w = c->host.max_num_blocks, row_elems = s.hq * s.d;
+      one.context_lens = c->batch.context_lens.slice_rows(4, 5);
+      one.block_tables = c->batch.block_tables.slice_rows(4, 5);
+      Tensor q1 = c->q().slice_rows(4, 5);
+      Tensor out1 = poisoned(DType::BF16, {1, s.hq, s.d});
+      be->attention_decode(out1, q1, c->cache, one, scale);
+      Vec alone = get(out1);
+      EXPECT_TRUE(std::equal(alone.begin(), alone.end(), all.begin() + 4 * row_elems))
+          << "decode output of a sequence depends on its batch (table width " << w << ")";
+    }
   }
 }
 
+// store_kv writes each stored slot exactly (bf16: the value; fp8: runtime/fp8.h's code of
+// value / scale) and nothing at slot -1.
 TEST_F(CudaAttention, StoreKvSkipsSlotMinusOne) {
-  const int64_t hkv = 2, d = 32, bs = 16, blocks = 4, T = 6;
-  const int64_t width = (4 + 2 * hkv) * d;
-  Vec qkv = random_bf16(rng, size_t(T * width));
-  Tensor buf = bf16(qkv, {T, width});
-  Tensor k = buf.slice_last(4 * d, (4 + hkv) * d).unflatten_last(hkv);
-  Tensor v = buf.slice_last((4 + hkv) * d, width).unflatten_last(hkv);
-  std::vector<int32_t> slots = {5, -1, 63, 0, -1, 17};
-  HostBatch h;
-  h.slot_mapping = slots;
-  ForwardBatch fb;
-  fb.host = &h;
-  fb.num_tokens = int(T);
-  fb.slot_mapping = ints(slots, DType::I32);
-  LayerKVCache cache{poisoned(DType::BF16, {blocks, bs, hkv, d}),
-                     poisoned(DType::BF16, {blocks, bs, hkv, d})};
-  be->store_kv(k, v, cache, fb);
-  Vec kc = get(cache.k), vc = get(cache.v);
-  std::vector<bool> written(size_t(blocks * bs), false);
-  for (int64_t t = 0; t < T; ++t) {
-    if (slots[size_t(t)] < 0) continue;
-    written[size_t(slots[size_t(t)])] = true;
-    for (int64_t e = 0; e < hkv * d; ++e) {
-      ASSERT_EQ(kc[size_t(slots[size_t(t)] * hkv * d + e)], qkv[size_t(t * width + 4 * d + e)]);
-      ASSERT_EQ(vc[size_t(slots[size_t(t)] * hkv * d + e)],
-                qkv[size_t(t * width + (4 + hkv) * d + e)]);
+  for (const auto& fp8 : kCaches) {
+    SCOPED_TRACE(cache_name(fp8));
+    const int64_t hkv = 2, d = 32, bs = 16, blocks = 4, T = 6;
+    const int64_t width = (4 + 2 * hkv) * d;
+    // Up to 150: past fp8's 448 * k_scale of the 0.25 scale, so saturation is checked too.
+    Vec qkv = random_bf16(rng, size_t(T * width), -150.0f, 150.0f);
+    Tensor buf = bf16(qkv, {T, width});
+    Tensor k = buf.slice_last(4 * d, (4 + hkv) * d).unflatten_last(hkv);
+    Tensor v = buf.slice_last((4 + hkv) * d, width).unflatten_last(hkv);
+    std::vector<int32_t> slots = {5, -1, 63, 0, -1, 17};
+    HostBatch h;
+    h.slot_mapping = slots;
+    ForwardBatch fb;
+    fb.host = &h;
+    fb.num_tokens = int(T);
+    fb.slot_mapping = ints(slots, DType::I32);
+    const DType dt = fp8 ? DType::F8E4M3 : DType::BF16;
+    LayerKVCache cache{poisoned(dt, {blocks, bs, hkv, d}), poisoned(dt, {blocks, bs, hkv, d})};
+    if (fp8) cache.k_scale = fp8->k_scale, cache.v_scale = fp8->v_scale;
+    be->store_kv(k, v, cache, fb);
+    // Each element as stored: a float (bf16) or a code (fp8); untouched ones are all ones.
+    const auto stored = [&](const Tensor& t) {
+      std::vector<uint16_t> bits(size_t(t.numel()));
+      if (fp8) {
+        std::vector<uint8_t> codes(bits.size());
+        be->download(codes.data(), t);
+        std::copy(codes.begin(), codes.end(), bits.begin());
+      } else {
+        be->download(bits.data(), t);
+      }
+      return bits;
+    };
+    const auto want = [&](float x, float scale) -> uint16_t {
+      return fp8 ? float_to_fp8_e4m3(x / scale) : f32_to_bf16(x);
+    };
+    const std::vector<uint16_t> kc = stored(cache.k), vc = stored(cache.v);
+    const uint16_t untouched = fp8 ? 0xff : 0xffff;
+    std::vector<bool> written(size_t(blocks * bs), false);
+    for (int64_t t = 0; t < T; ++t) {
+      const int32_t slot = slots[size_t(t)];
+      if (slot < 0) continue;
+      written[size_t(slot)] = true;
+      for (int64_t e = 0; e < hkv * d; ++e) {
+        ASSERT_EQ(kc[size_t(slot * hkv * d + e)],
+                  want(qkv[size_t(t * width + 4 * d + e)], cache.k_scale))
+            << "k token " << t << " element " << e;
+        ASSERT_EQ(vc[size_t(slot * hkv * d + e)],
+                  want(qkv[size_t(t * width + (4 + hkv) * d + e)], cache.v_scale))
+            << "v token " << t << " element " << e;
+      }
     }
-  }
-  for (int64_t s = 0; s < blocks * bs; ++s) {
-    if (!written[size_t(s)]) {
-      ASSERT_TRUE(std::isnan(kc[size_t(s * hkv * d)])) << "slot " << s << " written";
+    for (int64_t slot = 0; slot < blocks * bs; ++slot) {
+      if (written[size_t(slot)]) continue;
+      for (int64_t e = 0; e < hkv * d; ++e) {
+        ASSERT_EQ(kc[size_t(slot * hkv * d + e)], untouched) << "slot " << slot << " written";
+        ASSERT_EQ(vc[size_t(slot * hkv * d + e)], untouched) << "slot " << slot << " written";
+      }
     }
   }
 }
 
-// The fused prologue equals rms_norm + rope + store_kv bit for bit (q, k in place and the cache).
+// The fused prologue equals rms_norm + rope + store_kv bit for bit (q, k in place and the cache),
+// into a bf16 and an fp8 cache.
 TEST_F(CudaAttention, FusedQkNormRopeStoreEqualsSeparateOps) {
-  for (bool with_norm : {true, false}) {
-    auto a = make_case(4, 2, 32, 16, {{5, 9}, {1, 40}, {3, 3}}, true);
-    const int64_t d = 32, max_pos = 64;
-    Vec cs = ref::rope_cos_sin(max_pos, d, 1e6);
-    Tensor cos_sin = f32(cs, {max_pos, d});
-    Tensor qn = bf16(random_bf16(rng, size_t(d)), {d}), kn = bf16(random_bf16(rng, size_t(d)), {d});
-    // Two copies of the same qkv and cache.
-    Tensor qkv2 = alloc(DType::BF16, {a->tokens, (4 + 4) * d});
-    be->copy(qkv2, a->qkv_t);
-    LayerKVCache cache2{alloc(DType::BF16, {a->num_blocks, 16, 2, d}),
-                        alloc(DType::BF16, {a->num_blocks, 16, 2, d})};
-    be->copy(cache2.k, a->cache.k);
-    be->copy(cache2.v, a->cache.v);
-    auto split = [&](Tensor t) {
-      return std::array<Tensor, 3>{t.slice_last(0, 4 * d).unflatten_last(4),
-                                   t.slice_last(4 * d, 6 * d).unflatten_last(2),
-                                   t.slice_last(6 * d, 8 * d).unflatten_last(2)};
-    };
-    auto [q1, k1, v1] = split(a->qkv_t);
-    auto [q2, k2, v2] = split(qkv2);
-    if (with_norm) {
-      be->rms_norm(q1, q1, qn, 1e-6f);
-      be->rms_norm(k1, k1, kn, 1e-6f);
+  for (const auto& fp8 : kCaches) {
+    SCOPED_TRACE(cache_name(fp8));
+    for (bool with_norm : {true, false}) {
+      auto a = make_case(4, 2, 32, 16, {{5, 9}, {1, 40}, {3, 3}}, true, fp8);
+      const int64_t d = 32, max_pos = 64;
+      Vec cs = ref::rope_cos_sin(max_pos, d, 1e6);
+      Tensor cos_sin = f32(cs, {max_pos, d});
+      Tensor qn = bf16(random_bf16(rng, size_t(d)), {d}),
+             kn = bf16(random_bf16(rng, size_t(d)), {d});
+      // Two copies of the same qkv and cache.
+      Tensor qkv2 = alloc(DType::BF16, {a->tokens, (4 + 4) * d});
+      be->copy(qkv2, a->qkv_t);
+      const DType dt = a->cache.k.dtype;
+      LayerKVCache cache2{alloc(dt, {a->num_blocks, 16, 2, d}),
+                          alloc(dt, {a->num_blocks, 16, 2, d}), a->cache.k_scale, a->cache.v_scale};
+      be->copy(cache2.k, a->cache.k);
+      be->copy(cache2.v, a->cache.v);
+      auto split = [&](Tensor t) {
+        return std::array<Tensor, 3>{t.slice_last(0, 4 * d).unflatten_last(4),
+                                     t.slice_last(4 * d, 6 * d).unflatten_last(2),
+                                     t.slice_last(6 * d, 8 * d).unflatten_last(2)};
+      };
+      auto [q1, k1, v1] = split(a->qkv_t);
+      auto [q2, k2, v2] = split(qkv2);
+      if (with_norm) {
+        be->rms_norm(q1, q1, qn, 1e-6f);
+        be->rms_norm(k1, k1, kn, 1e-6f);
+      }
+      be->rope(q1, a->batch.positions, cos_sin);
+      be->rope(k1, a->batch.positions, cos_sin);
+      be->store_kv(k1, v1, a->cache, a->batch);
+      be->qk_norm_rope_store_kv(q2, k2, v2, with_norm ? &qn : nullptr, with_norm ? &kn : nullptr,
+                                1e-6f, a->batch.positions, cos_sin, cache2, a->batch);
+      auto same = [&](const Tensor& x, const Tensor& y, const char* what) {
+        std::vector<unsigned char> bx(x.nbytes()), by(y.nbytes());
+        be->download(bx.data(), x);
+        be->download(by.data(), y);
+        ASSERT_EQ(bx.size(), by.size());
+        for (size_t i = 0; i < bx.size(); ++i)
+          ASSERT_EQ(bx[i], by[i]) << what << ": byte " << i << " differs";
+      };
+      same(a->qkv_t, qkv2, "qkv");
+      same(a->cache.k, cache2.k, "k cache");
+      same(a->cache.v, cache2.v, "v cache");
     }
-    be->rope(q1, a->batch.positions, cos_sin);
-    be->rope(k1, a->batch.positions, cos_sin);
-    be->store_kv(k1, v1, a->cache, a->batch);
-    be->qk_norm_rope_store_kv(q2, k2, v2, with_norm ? &qn : nullptr, with_norm ? &kn : nullptr,
-                              1e-6f, a->batch.positions, cos_sin, cache2, a->batch);
-    auto same = [&](const Tensor& x, const Tensor& y, const char* what) {
-      Vec vx = get(x), vy = get(y);
-      ASSERT_EQ(vx.size(), vy.size());
-      for (size_t i = 0; i < vx.size(); ++i)
-        ASSERT_TRUE(vx[i] == vy[i] || (std::isnan(vx[i]) && std::isnan(vy[i])))
-            << what << "[" << i << "] " << vx[i] << " vs " << vy[i];
-    };
-    same(a->qkv_t, qkv2, "qkv");
-    same(a->cache.k, cache2.k, "k cache");
-    same(a->cache.v, cache2.v, "v cache");
   }
 }
 

@@ -1,13 +1,17 @@
 // The whole engine on the GPU (--device cuda) on the tiny models: last-token logits near the
 // fp32 reference forward, greedy tokens equal to it (genuine near-ties allowed, as the CPU tests
 // do), CUDA graphs on vs off identical, and prefix caching / preemption / chunked prefill each
-// still giving the reference's tokens. Needs a GPU (label cuda).
+// still giving the reference's tokens. The same again with an fp8 (E4M3) KV cache, against the
+// reference that rounds K/V to fp8 (ref::Precision::kBf16StorageFp8Kv), and its distance from
+// the bf16 cache printed and bounded as the CPU's fp8 tests do. Needs a GPU (label cuda).
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <random>
 
 #include "engine/llm_engine.h"
+#include "model/make_model.h"
 #include "model/model_fixture.h"
 #include "nanovllm/llm.h"
 #include "reference/reference_model.h"
@@ -152,6 +156,107 @@ TEST_P(CudaEngine, PrefixCachePreemptionChunkedPrefill) {
   EXPECT_GT(preemptions, 0) << "12 blocks should have forced a preemption";
   expect_reference_tokens(generate(chunked, prompts, sp), prompts, reference, 24, 3e-2, 6,
                           "chunked prefill");
+}
+
+Config fp8(Config c) {
+  c.kv_cache_dtype = "fp8";
+  return c;
+}
+
+// The fp8 engine's greedy tokens against the fp8-KV reference, with every engine feature: graphs
+// on and off (identical), prefix caching, preemption and chunked prefill.
+TEST_P(CudaEngine, Fp8KvMatchesFp8ReferenceWithEveryFeature) {
+  const std::string model = test::tiny_model(GetParam());
+  ref::ReferenceModel reference(model, ref::Precision::kBf16StorageFp8Kv);
+  Prompts prompts = random_prompts(4, reference.config().vocab_size, 40, 40, 3);
+  for (size_t i = 1; i < prompts.size(); ++i)  // a shared 32-token prefix (two blocks)
+    std::copy(prompts[0].begin(), prompts[0].begin() + 32, prompts[i].begin());
+  Prompts more = random_prompts(8, reference.config().vocab_size, 1, 90, 4);
+  prompts.insert(prompts.end(), more.begin(), more.end());
+  const Config base = fp8(cuda_config(model));
+  Config eager = base, off = base, small = base, chunked = base;
+  eager.enforce_eager = true;
+  off.enable_prefix_caching = false;
+  small.kv_cache_memory = 12 * test::kv_block_bytes(model, base.block_size) / 2;  // 12 fp8 blocks
+  small.max_model_len = 12 * 16 + 1;
+  chunked.max_num_batched_tokens = 32;
+  const SamplingParams sp = greedy_params(24);
+  const Prompts with_graphs = generate(base, prompts, sp);
+  expect_reference_tokens(with_graphs, prompts, reference, 24, 3e-2, 8, "fp8 KV, graphs");
+  EXPECT_EQ(generate(eager, prompts, sp), with_graphs) << "fp8 KV: graphs on vs off";
+  expect_reference_tokens(generate(off, prompts, sp), prompts, reference, 24, 3e-2, 8,
+                          "fp8 KV, prefix cache off");
+  int64_t preemptions = 0;
+  expect_reference_tokens(generate(small, prompts, sp, &preemptions), prompts, reference, 24, 3e-2,
+                          8, "fp8 KV, preemption");
+  EXPECT_GT(preemptions, 0) << "12 fp8 blocks should have forced a preemption";
+  expect_reference_tokens(generate(chunked, prompts, sp), prompts, reference, 24, 3e-2, 8,
+                          "fp8 KV, chunked prefill");
+}
+
+// fp8 against bf16 on the GPU: the largest last-token logit difference and the greedy agreement
+// (tokens before each sequence's first difference), printed and bounded as the CPU test does;
+// and the same bytes hold twice the blocks.
+void expect_fp8_near_bf16(const std::string& model, const Config& base, const char* name) {
+  const Prompts prompts = random_prompts(6, test::vocab_size(model), 20, 60, 321);
+  const Prompts want = generate(base, prompts, greedy_params(24));
+  const Prompts got = generate(fp8(base), prompts, greedy_params(24));
+  int64_t same = 0, total = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    size_t j = 0;
+    while (j < want[i].size() && got[i][j] == want[i][j]) ++j;
+    same += int64_t(j);
+    total += int64_t(want[i].size());
+  }
+  LLMEngine bf16_engine(base), fp8_engine(fp8(base));
+  EXPECT_EQ(fp8_engine.model_runner().kv_block_bytes() * 2,
+            bf16_engine.model_runner().kv_block_bytes());
+  double max_diff = 0, range = 0;
+  for (const auto& p : prompts) {
+    const std::vector<float> w = test::prefill_logits(bf16_engine, p);
+    const std::vector<float> g = test::prefill_logits(fp8_engine, p);
+    for (size_t v = 0; v < w.size(); ++v) {
+      max_diff = std::max(max_diff, double(std::fabs(g[v] - w[v])));
+      range = std::max(range, double(std::fabs(w[v])));
+    }
+  }
+  const double agreement = double(same) / double(total);
+  std::printf(
+      "[cuda fp8 vs bf16 KV] %s: greedy agreement %.1f%%, max |logit diff| %.4f (max "
+      "|logit| %.3f, %.2f%%)\n",
+      name, 100 * agreement, max_diff, range, 100 * max_diff / range);
+  EXPECT_GT(max_diff, 0.0) << name << ": fp8 changed nothing: is the cache really fp8?";
+  EXPECT_LT(max_diff, 0.05 * range) << name;
+  EXPECT_GE(agreement, 0.5) << name;
+}
+
+TEST_P(CudaEngine, Fp8KvNearBf16) {
+  const std::string model = test::tiny_model(GetParam());
+  Config c = cuda_config(model);
+  c.kv_cache_memory = 64 << 20;
+  expect_fp8_near_bf16(model, c, GetParam().c_str());
+}
+
+// Qwen3-0.6B's attention shapes (head_dim 128, 16 query / 8 kv heads), 2 layers.
+TEST(CudaFp8Kv, Qwen3ShapesNearBf16) {
+  namespace fs = std::filesystem;
+  const fs::path dir =
+      fs::temp_directory_path() / ("nanovllm-test-cuda-fp8-qwen3-2l-" + std::to_string(::getpid()));
+  test::remove_at_exit(dir);
+  MakeModelOptions o;
+  o.preset = "tiny";
+  o.layers = 2;
+  o.hidden = 1024;
+  o.heads = 16;
+  o.kv_heads = 8;
+  o.head_dim = 128;
+  o.intermediate = 3072;
+  o.seed = 3;
+  o.out = dir.string();
+  make_model(o);
+  Config c = cuda_config(dir.string());
+  c.kv_cache_memory = 64 << 20;
+  expect_fp8_near_bf16(dir.string(), c, "qwen3-0.6b shapes, 2 layers");
 }
 
 INSTANTIATE_TEST_SUITE_P(TinyShapes, CudaEngine, ::testing::Values("tiny", "tiny-qwen2"));

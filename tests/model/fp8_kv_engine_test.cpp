@@ -4,7 +4,7 @@
 //   printed and bounded, on the tiny models and a Qwen3-0.6B-shaped model cut to 2 layers;
 // - the engine features still invisible under fp8: prefix cache, preemption, chunked prefill and
 //   batch invariance give identical greedy outputs;
-// - the cache holds twice the tokens of bf16 in the same bytes; bad dtypes and cuda are refused.
+// - the cache holds twice the tokens of bf16 in the same bytes; a bad dtype is refused by name.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -19,6 +19,7 @@
 #include "model/safetensors.h"
 #include "model/model_fixture.h"
 #include "nanovllm/llm.h"
+#include "reference/reference_model.h"
 
 namespace nanovllm {
 namespace {
@@ -103,6 +104,40 @@ TEST(Fp8KvEngine, TinyModelsAgreeWithBf16) {
     EXPECT_GT(a.max_logit, 0.0) << "fp8 changed nothing: is the cache really fp8?";
     EXPECT_LT(a.max_logit, 0.05 * a.logit_range) << preset;
     EXPECT_GE(a.tokens, 0.5) << preset;
+  }
+}
+
+// Against the independent reference with the same fp8 rounding of K/V (ref::Precision::
+// kBf16StorageFp8Kv): greedy ids equal, except where the reference's own top-2 gap is a tie
+// within 1e-3 of the largest |logit| (as EngineReference allows for bf16); at least 8 of the 12
+// prompts identical for 32 tokens. Shows that the fp8 path computes what it claims, not only
+// that it stays near bf16.
+TEST(Fp8KvEngine, GreedyTokensMatchFp8Reference) {
+  for (const char* preset : {"tiny", "tiny-qwen2"}) {
+    const std::string model = test::tiny_model(preset);
+    ref::ReferenceModel reference(model, ref::Precision::kBf16StorageFp8Kv);
+    std::mt19937 rng(11);
+    Prompts prompts;
+    for (int i = 0; i < 12; ++i)
+      prompts.push_back(random_tokens(rng, 1 + 4 * i, reference.config().vocab_size));
+    const Prompts got = greedy(fp8(test::tiny_config(model)), prompts, 32);
+    int identical = 0;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      std::vector<double> gaps;
+      const std::vector<int32_t> want = reference.greedy(prompts[i], 32, &gaps);
+      ASSERT_EQ(got[i].size(), want.size());
+      size_t first = 0;
+      while (first < want.size() && got[i][first] == want[first]) ++first;
+      if (first == want.size()) {
+        ++identical;
+      } else {
+        EXPECT_LT(gaps[first], 1e-3) << preset << ": prompt " << i << " differs at step "
+                                     << first << " where the reference has no tie";
+      }
+    }
+    EXPECT_GE(identical, 8) << preset << ": of " << prompts.size() << " prompts";
+    std::printf("%s, fp8 KV: %d of %zu prompts identical to the fp8 reference for 32 greedy "
+                "tokens\n", preset, identical, prompts.size());
   }
 }
 
@@ -214,15 +249,6 @@ TEST(Fp8KvConfig, TwiceTheTokensAndClearErrors) {
     ADD_FAILURE() << "kv_cache_dtype int4 accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("kv_cache_dtype must be auto, bf16 or fp8, got 'int4'"),
-              std::string::npos) << e.what();
-  }
-  c.kv_cache_dtype = "fp8";
-  c.device = "cuda";
-  try {
-    LLMEngine bad(c);
-    ADD_FAILURE() << "fp8 on cuda accepted";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("kv_cache_dtype fp8 is not implemented on cuda yet"),
               std::string::npos) << e.what();
   }
 }

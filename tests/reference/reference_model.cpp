@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "model/safetensors.h"
+#include "runtime/fp8.h"
 #include "util/check.h"
 
 namespace nanovllm::ref {
@@ -111,7 +112,8 @@ std::vector<float> ReferenceModel::last_logits(const std::vector<int32_t>& token
   const size_t T = tokens.size(), H = c.hidden_size, D = c.head_dim, I = c.intermediate_size;
   const size_t Hq = c.num_attention_heads, Hkv = c.num_key_value_heads, V = c.vocab_size;
   const double eps = c.rms_norm_eps;
-  const bool bf16 = precision_ == Precision::kBf16Storage;
+  const bool bf16 = precision_ != Precision::kFp32;
+  const bool fp8_kv = precision_ == Precision::kBf16StorageFp8Kv;
   // Residual stream x[t] (fp32, unrounded).
   std::vector<Vec> x(T, Vec(H));
   const Vec& emb = w("model.embed_tokens.weight");
@@ -140,8 +142,13 @@ std::vector<float> ReferenceModel::last_logits(const std::vector<int32_t>& token
         }
         rope(&k[t][hh * D], D, int(t), c.rope_theta);
       }
-      k[t] = maybe_round(k[t], bf16);  // the KV cache is bf16
-      v[t] = maybe_round(v[t], bf16);
+      if (fp8_kv) {  // the KV cache holds E4M3 codes of unit scale
+        for (float& e : k[t]) e = fp8_e4m3_to_float(float_to_fp8_e4m3(e));
+        for (float& e : v[t]) e = fp8_e4m3_to_float(float_to_fp8_e4m3(e));
+      } else {
+        k[t] = maybe_round(k[t], bf16);  // the KV cache is bf16
+        v[t] = maybe_round(v[t], bf16);
+      }
     }
     for (size_t t = 0; t < T; ++t) {
       Vec att(Hq * D, 0.0f);

@@ -14,7 +14,10 @@ namespace nanovllm::ref {
 // written to the cache -- and everything else stays fp32. Greedy decoding of random-weight
 // models meets near-ties (top-2 gaps of ~1e-3) that bf16 storage alone can flip; with the same
 // rounding points only summation order differs, so greedy ids must match exactly.
-enum class Precision { kFp32, kBf16Storage };
+// kBf16StorageFp8Kv: kBf16Storage with an fp8 KV cache of unit scales (the tiny models carry no
+// k/v scales): K and V are rounded to E4M3 (runtime/fp8.h) from their unrounded f32 values, as
+// the CPU engine stores them.
+enum class Precision { kFp32, kBf16Storage, kBf16StorageFp8Kv };
 
 class ReferenceModel {
  public:

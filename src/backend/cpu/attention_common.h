@@ -14,6 +14,7 @@
 //
 // Everything here is compiled for AVX2+FMA (push_options below); the .cpp files that include this
 // header compile their own kernels for the same target.
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <limits>
@@ -140,6 +141,47 @@ inline void kv_row_bf16(const AttnArgs& a, int64_t row, uint16_t* stage_k, uint1
   fp8_row_to_bf16(stage_v, a.v_fp8 + row, n);
   k = stage_k;
   v = stage_v;
+}
+
+// Shared by both prefill kernels (attention_prefill.cpp, attention_prefill_bf16.cpp): an item's
+// row r (r < rows) is token t0 + r / group, query head kv_head * group + r % group, and sees keys
+// [0, limit); rows past `rows` (a kernel's padding to its vector width) repeat the last row.
+struct PrefillRow {
+  const float* q;  // [D] of q
+  float limit;     // keys the row sees, as a float for vector compares
+};
+inline PrefillRow prefill_row(const AttnArgs& a, const PrefillItem& it, int64_t rows, int64_t r) {
+  const int64_t rr = std::min(r, rows - 1);
+  const int64_t t = it.t0 + rr / a.group, h = it.kv_head * a.group + rr % a.group;
+  return {a.q + t * a.q_stride + h * a.q_head_stride, float(it.first_pos + (t - it.q_begin) + 1)};
+}
+
+// Requests kv head `kv_head`'s K and V rows of keys [k0, k1) into L2 (keys in unallocated blocks
+// are skipped here and checked when they are read).
+inline void prefetch_head_keys(const AttnArgs& a, const int32_t* table, int64_t kv_head,
+                               int64_t k0, int64_t k1) {
+  const int64_t d = a.head_dim, row_bytes = d * a.elem_bytes;
+  for (int64_t key = k0; key < k1; ++key) {
+    const int64_t block = table[key / a.block_size];
+    if (block < 0 || block >= a.num_blocks) continue;
+    const int64_t off = ((block * a.block_size + key % a.block_size) * a.num_kv_heads + kv_head) * d;
+    for (int64_t b = 0; b < row_bytes; b += 64) {
+      _mm_prefetch(a.k_bytes + off * a.elem_bytes + b, _MM_HINT_T1);
+      _mm_prefetch(a.v_bytes + off * a.elem_bytes + b, _MM_HINT_T1);
+    }
+  }
+}
+
+// out[row r] = ot[:, r] * out_scale / l[r] for the item's rows r < rows (ot: [D, rp], l: [rp]).
+inline void write_prefill_rows(const AttnArgs& a, const PrefillItem& it, int64_t rows, int64_t rp,
+                               const float* ot, const float* l) {
+  const int64_t d = a.head_dim, g = a.group;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t t = it.t0 + r / g, h = it.kv_head * g + r % g;
+    float* o = a.out + (t * a.num_kv_heads * g + h) * d;
+    const float inv = a.out_scale / l[r];
+    for (int64_t e = 0; e < d; ++e) o[e] = ot[e * rp + r] * inv;
+  }
 }
 
 // fn(i, state) for i < n on the pool's threads, dynamically in index order; each thread's state

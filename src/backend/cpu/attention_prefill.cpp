@@ -131,38 +131,24 @@ void run_prefill_item(const AttnArgs& a, const PrefillItem& it, PrefillScratch& 
   sc.ot.assign(size_t(d * rp), 0.0f);
   sc.st.resize(size_t(kTile * rp));
   for (auto* v : {&sc.m, &sc.l, &sc.corr, &sc.lim}) v->resize(size_t(rp));
-  // Row r (r < rows): token t0 + r / g, query head kv_head * g + r % g; it sees keys
-  // [0, lim[r]). Padding rows repeat the last row (their results are dropped).
+  // Row r: prefill_row (attention_common.h); padding rows' results are dropped.
   for (int64_t r = 0; r < rows; ++r) {  // the q rows come from memory: request them all first
-    const int64_t t = it.t0 + r / g, h = it.kv_head * g + r % g;
-    const char* q = reinterpret_cast<const char*>(a.q + t * a.q_stride + h * a.q_head_stride);
+    const char* q = reinterpret_cast<const char*>(prefill_row(a, it, rows, r).q);
     for (int64_t b = 0; b < d * 4; b += 64) _mm_prefetch(q + b, _MM_HINT_T0);
   }
   for (int64_t r = 0; r < rp; ++r) {
-    const int64_t rr = std::min(r, rows - 1);
-    const int64_t t = it.t0 + rr / g, h = it.kv_head * g + rr % g;
-    sc.lim[size_t(r)] = float(it.first_pos + (t - it.q_begin) + 1);
+    const PrefillRow row = prefill_row(a, it, rows, r);
+    sc.lim[size_t(r)] = row.limit;
     sc.m[size_t(r)] = kNegInf;
     sc.l[size_t(r)] = 0.0f;
-    const float* q = a.q + t * a.q_stride + h * a.q_head_stride;
-    for (int64_t e = 0; e < d; ++e) sc.qt[size_t(e * rp + r)] = q[e] * a.scale;
+    for (int64_t e = 0; e < d; ++e) sc.qt[size_t(e * rp + r)] = row.q[e] * a.scale;
   }
   const int32_t* table = a.block_tables + it.seq * a.max_num_blocks;
   const int64_t num_keys = int64_t(sc.lim[size_t(rows - 1)]);  // the last row sees the most
   const int64_t min_keys = int64_t(sc.lim[0]);
   float* st = sc.st.data();
-  const int64_t row_bytes = d * a.elem_bytes;
-  auto prefetch_keys = [&](int64_t k0, int64_t k1) {  // this head's K and V rows, into L2
-    for (int64_t key = k0; key < k1; ++key) {
-      const int64_t block = table[key / a.block_size];
-      if (block < 0 || block >= a.num_blocks) continue;  // checked when the key is reached
-      const int64_t off =
-          ((block * a.block_size + key % a.block_size) * a.num_kv_heads + it.kv_head) * d;
-      for (int64_t b = 0; b < row_bytes; b += 64) {
-        _mm_prefetch(a.k_bytes + off * a.elem_bytes + b, _MM_HINT_T1);
-        _mm_prefetch(a.v_bytes + off * a.elem_bytes + b, _MM_HINT_T1);
-      }
-    }
+  auto prefetch_keys = [&](int64_t k0, int64_t k1) {
+    prefetch_head_keys(a, table, it.kv_head, k0, k1);
   };
   prefetch_keys(0, std::min(kTile, num_keys));
   for (int64_t c0 = 0; c0 < num_keys; c0 += kTile) {
@@ -214,12 +200,7 @@ void run_prefill_item(const AttnArgs& a, const PrefillItem& it, PrefillScratch& 
       pv_rows<2>(sc.ot.data(), rp, r0, sc.corr.data(), st, sc.vf.data(), n, d);
     if (r0 < rp) pv_rows<1>(sc.ot.data(), rp, r0, sc.corr.data(), st, sc.vf.data(), n, d);
   }
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t t = it.t0 + r / g, h = it.kv_head * g + r % g;
-    float* o = a.out + (t * a.num_kv_heads * g + h) * d;
-    const float inv = a.out_scale / sc.l[size_t(r)];
-    for (int64_t e = 0; e < d; ++e) o[e] = sc.ot[size_t(e * rp + r)] * inv;
-  }
+  write_prefill_rows(a, it, rows, rp, sc.ot.data(), sc.l.data());
 }
 
 }  // namespace

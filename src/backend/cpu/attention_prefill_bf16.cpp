@@ -142,34 +142,21 @@ void run_item(const AttnArgs& a, const PrefillItem& it, Bf16Scratch& sc) {
   sc.pp.resize(size_t(kTile / 2 * rp));
   sc.vp.resize(size_t(kTile / 2 * d));
   for (auto* v : {&sc.m, &sc.l, &sc.corr, &sc.lim}) v->resize(size_t(rp));
-  // Row r (r < rows): token t0 + r / g, query head kv_head * g + r % g; it sees keys
-  // [0, lim[r]). Padding rows repeat the last row (their results are dropped).
+  // Row r: prefill_row (attention_common.h); padding rows' results are dropped.
   for (int64_t r = 0; r < rp; ++r) {
-    const int64_t rr = std::min(r, rows - 1);
-    const int64_t t = it.t0 + rr / g, h = it.kv_head * g + rr % g;
-    sc.lim[size_t(r)] = float(it.first_pos + (t - it.q_begin) + 1);
+    const PrefillRow row = prefill_row(a, it, rows, r);
+    sc.lim[size_t(r)] = row.limit;
     sc.m[size_t(r)] = kNegInf;
     sc.l[size_t(r)] = 0.0f;
-    const float* q = a.q + t * a.q_stride + h * a.q_head_stride;
     for (int64_t p = 0; p < dp; ++p)
       sc.qp[size_t(p * rp + r)] =
-          uint32_t(f32_to_bf16(q[2 * p])) | uint32_t(f32_to_bf16(q[2 * p + 1])) << 16;
+          uint32_t(f32_to_bf16(row.q[2 * p])) | uint32_t(f32_to_bf16(row.q[2 * p + 1])) << 16;
   }
   const int32_t* table = a.block_tables + it.seq * a.max_num_blocks;
   const int64_t num_keys = int64_t(sc.lim[size_t(rows - 1)]);  // the last row sees the most
   const int64_t min_keys = int64_t(sc.lim[0]);
-  const int64_t row_bytes = d * a.elem_bytes;
-  auto prefetch_keys = [&](int64_t k0, int64_t k1) {  // this head's K and V rows, into L2
-    for (int64_t key = k0; key < k1; ++key) {
-      const int64_t block = table[key / a.block_size];
-      if (block < 0 || block >= a.num_blocks) continue;  // checked when the key is reached
-      const int64_t off =
-          ((block * a.block_size + key % a.block_size) * a.num_kv_heads + it.kv_head) * d;
-      for (int64_t b = 0; b < row_bytes; b += 64) {
-        _mm_prefetch(a.k_bytes + off * a.elem_bytes + b, _MM_HINT_T1);
-        _mm_prefetch(a.v_bytes + off * a.elem_bytes + b, _MM_HINT_T1);
-      }
-    }
+  auto prefetch_keys = [&](int64_t k0, int64_t k1) {
+    prefetch_head_keys(a, table, it.kv_head, k0, k1);
   };
   if (a.k_fp8) sc.stage.resize(size_t(2 * kTile * d));
   const uint16_t* krow[kTile];
@@ -246,12 +233,7 @@ void run_item(const AttnArgs& a, const PrefillItem& it, Bf16Scratch& sc) {
       pv_rows<2>(sc.ot.data(), rp, r0, sc.corr.data(), sc.pp.data(), sc.vp.data(), np, d);
     if (r0 < rp) pv_rows<1>(sc.ot.data(), rp, r0, sc.corr.data(), sc.pp.data(), sc.vp.data(), np, d);
   }
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t t = it.t0 + r / g, h = it.kv_head * g + r % g;
-    float* o = a.out + (t * a.num_kv_heads * g + h) * d;
-    const float inv = a.out_scale / sc.l[size_t(r)];
-    for (int64_t e = 0; e < d; ++e) o[e] = sc.ot[size_t(e * rp + r)] * inv;
-  }
+  write_prefill_rows(a, it, rows, rp, sc.ot.data(), sc.l.data());
 }
 
 void run_items(ThreadPool& pool, const AttnArgs& a, std::vector<PrefillItem>& items) {

@@ -5,6 +5,8 @@
 // memory. A sequence with one partition writes its output directly; longer ones write
 // (o, m, l) per partition and a second kernel merges them by log-sum-exp. The partitions of a
 // sequence depend only on its own context length, so its output never depends on the batch.
+// An fp8 cache is read as 8-byte rows of codes converted in registers, with k_scale folded into
+// the score scale and v_scale into the output.
 #include <type_traits>
 
 #include "backend/cuda/common.cuh"
@@ -21,11 +23,13 @@ __device__ __forceinline__ int seq_partitions(int ctx) {
   return ctx <= kP ? 1 : (ctx + kP - 1) / kP;
 }
 
-template <int D, int GT>
+// scale: the score scale times k_scale; out_scale: v_scale (1 for a bf16 cache).
+template <int D, int GT, typename C>
 __global__ void __launch_bounds__(kDecodeThreads)
     decode_partition_kernel(uint16_t* out, Rows q, int32_t hq, PagedKV kv,
                             const int32_t* context_lens, int num_partitions, float scale,
-                            float* partials) {
+                            float out_scale, float* partials) {
+  using Elem = KvElem<C>;
   constexpr int LPK = D / 8;                       // lanes per key
   constexpr int KPW = 32 / LPK;                    // keys per warp step
   constexpr int NG = (kDecodeThreads / 32) * KPW;  // key groups per CTA
@@ -72,27 +76,29 @@ __global__ void __launch_bounds__(kDecodeThreads)
     const int32_t* table = kv.block_tables + int64_t(b) * kv.table_stride;
     const int64_t row = int64_t(kv.hkv) * D;
     const int64_t head_off = int64_t(kvh) * D + sub * 8;
+    const C* k_cache = static_cast<const C*>(kv.k);
+    const C* v_cache = static_cast<const C*>(kv.v);
     // The loop bound is uniform per warp (its first key), so the shuffles below see all lanes.
     for (int base = start + warp * KPW; base < end; base += NG * U) {
-      uint4 kr[U], vr[U];
+      typename Elem::Raw kr[U], vr[U];
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         const int j = base + lane / LPK + u * NG;
         if (j < end) {
           const int64_t off = key_slot(table, j, kv.block_size) * row + head_off;
-          kr[u] = load8_raw(kv.k + off);
-          vr[u] = load8_raw(kv.v + off);
+          kr[u] = Elem::load(k_cache + off);
+          vr[u] = Elem::load(v_cache + off);
         } else {
-          kr[u] = make_uint4(0, 0, 0, 0);
-          vr[u] = make_uint4(0, 0, 0, 0);
+          kr[u] = Elem::zero();
+          vr[u] = Elem::zero();
         }
       }
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         const bool valid = base + lane / LPK + u * NG < end;
         float kf[8], vf[8];
-        unpack8(kr[u], kf);
-        unpack8(vr[u], vf);
+        Elem::unpack(kr[u], kf);
+        Elem::unpack(vr[u], vf);
 #pragma unroll
         for (int g = 0; g < GT; ++g) {
           float s = 0.0f;
@@ -134,7 +140,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
         A += w * sm_acc[i][g][dim];
       }
       const int h = kvh * G + g;
-      const float o = L > 0.0f ? A / L : 0.0f;
+      const float o = L > 0.0f ? A / L * out_scale : 0.0f;
       if (single) {
         st_bf16(out + (int64_t(b) * hq + h) * D + dim, o);
       } else {
@@ -172,27 +178,28 @@ __global__ void decode_merge_kernel(uint16_t* out, int32_t hq, int32_t d,
   st_bf16(out + (int64_t(b) * hq + h) * d + dim, W > 0.0f ? A / W : 0.0f);
 }
 
-template <int D>
+template <int D, typename C>
 void launch_d(uint16_t* out, Rows q, int32_t hq, PagedKV kv, const int32_t* context_lens,
               int32_t num_seqs, int num_partitions, int grid_partitions, float scale,
               float* partials, cudaStream_t stream) {
   const dim3 grid(unsigned(grid_partitions), unsigned(kv.hkv), unsigned(num_seqs));
+  const float qk_scale = scale * kv.k_scale, out_scale = kv.v_scale;
+  const auto run = [&](auto gt) {
+    decode_partition_kernel<D, decltype(gt)::value, C><<<grid, kDecodeThreads, 0, stream>>>(
+        out, q, hq, kv, context_lens, num_partitions, qk_scale, out_scale, partials);
+  };
   switch (decode_group_tile(hq / kv.hkv)) {
     case 1:
-      decode_partition_kernel<D, 1><<<grid, kDecodeThreads, 0, stream>>>(
-          out, q, hq, kv, context_lens, num_partitions, scale, partials);
+      run(std::integral_constant<int, 1>{});
       break;
     case 2:
-      decode_partition_kernel<D, 2><<<grid, kDecodeThreads, 0, stream>>>(
-          out, q, hq, kv, context_lens, num_partitions, scale, partials);
+      run(std::integral_constant<int, 2>{});
       break;
     case 4:
-      decode_partition_kernel<D, 4><<<grid, kDecodeThreads, 0, stream>>>(
-          out, q, hq, kv, context_lens, num_partitions, scale, partials);
+      run(std::integral_constant<int, 4>{});
       break;
     default:
-      decode_partition_kernel<D, 8><<<grid, kDecodeThreads, 0, stream>>>(
-          out, q, hq, kv, context_lens, num_partitions, scale, partials);
+      run(std::integral_constant<int, 8>{});
       break;
   }
   NV_CUDA_CHECK("attention_decode", cudaGetLastError());
@@ -215,8 +222,13 @@ void launch_attention_decode(uint16_t* out, Rows q, int32_t hq, PagedKV kv,
                              cudaStream_t stream) {
   if (num_seqs == 0) return;
   const auto run = [&](auto d) {
-    launch_d<decltype(d)::value>(out, q, hq, kv, context_lens, num_seqs, num_partitions,
-                                 grid_partitions, scale, partials, stream);
+    if (kv.fp8) {
+      launch_d<decltype(d)::value, uint8_t>(out, q, hq, kv, context_lens, num_seqs, num_partitions,
+                                            grid_partitions, scale, partials, stream);
+    } else {
+      launch_d<decltype(d)::value, uint16_t>(out, q, hq, kv, context_lens, num_seqs, num_partitions,
+                                             grid_partitions, scale, partials, stream);
+    }
   };
   switch (kv.d) {  // attention_head_dim_supported (launch.h)
     case 16:

@@ -3,7 +3,9 @@
 // kPrefillRows / G tokens of one sequence and the G query heads of one kv head, so a K/V tile in
 // shared memory serves all of them. Each warp owns 8 rows: per 64-key tile a lane scores keys
 // lane and lane + 32 for its 8 rows (register blocking over the rows), the warp updates each
-// row's fp32 online softmax, then each lane accumulates P @ V for the dims it owns.
+// row's fp32 online softmax, then each lane accumulates P @ V for the dims it owns. An fp8
+// cache's codes become bf16 (exactly) as a tile is loaded into shared memory; k_scale is folded
+// into the score scale and v_scale into the output.
 #include <type_traits>
 
 #include "backend/cuda/common.cuh"
@@ -26,10 +28,24 @@ struct PrefillSmem {
   uint16_t v[kPrefillKeys][D];
 };
 
-template <int D>
+// 8 cache elements as 8 bf16 (16 bytes): bf16 as they are, E4M3 codes converted exactly.
+__device__ __forceinline__ uint4 tile_bits(uint4 raw) { return raw; }
+__device__ __forceinline__ uint4 tile_bits(uint2 raw) {
+  float f[8];
+  unpack8_fp8(raw, f);
+  uint32_t w[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+    w[i] = (f32_bits(f[2 * i]) >> 16) | (f32_bits(f[2 * i + 1]) & 0xffff0000u);
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+// scale: the score scale times k_scale; out_scale: v_scale (1 for a bf16 cache).
+template <int D, typename C>
 __global__ void __launch_bounds__(kPrefillThreads)
     prefill_kernel(uint16_t* out, Rows q, int32_t hq, PagedKV kv, const int32_t* cu_seqlens_q,
-                   const int32_t* context_lens, float scale) {
+                   const int32_t* context_lens, float scale, float out_scale) {
+  using Elem = KvElem<C>;
   constexpr int VPT = (D + 31) / 32;  // output dims per lane
   extern __shared__ __align__(16) unsigned char smem_raw[];
   PrefillSmem<D>& sm = *reinterpret_cast<PrefillSmem<D>*>(smem_raw);
@@ -74,6 +90,8 @@ __global__ void __launch_bounds__(kPrefillThreads)
 
   const int32_t* table = kv.block_tables + int64_t(b) * kv.table_stride;
   const int64_t row = int64_t(kv.hkv) * D;
+  const C* k_cache = static_cast<const C*>(kv.k);
+  const C* v_cache = static_cast<const C*>(kv.v);
   for (int kt = 0; kt <= kmax; kt += kPrefillKeys) {
     __syncthreads();  // the previous tile is consumed (and sm.q written, first time)
     for (int idx = threadIdx.x; idx < kPrefillKeys * (D / 8); idx += kPrefillThreads) {
@@ -82,8 +100,8 @@ __global__ void __launch_bounds__(kPrefillThreads)
       uint4 kr = make_uint4(0, 0, 0, 0), vr = make_uint4(0, 0, 0, 0);
       if (j <= kmax && j < ctx) {
         const int64_t off = key_slot(table, j, kv.block_size) * row + int64_t(kvh) * D + c;
-        kr = load8_raw(kv.k + off);
-        vr = load8_raw(kv.v + off);
+        kr = tile_bits(Elem::load(k_cache + off));
+        vr = tile_bits(Elem::load(v_cache + off));
       }
       uint32_t* kd = reinterpret_cast<uint32_t*>(&sm.k[kk][c]);
       kd[0] = kr.x;
@@ -155,23 +173,23 @@ __global__ void __launch_bounds__(kPrefillThreads)
 #pragma unroll
     for (int e = 0; e < VPT; ++e) {
       const int dim = lane * VPT + e;
-      if (dim < D) st_bf16(o + dim, l[rr] > 0.0f ? acc[rr][e] / l[rr] : 0.0f);
+      if (dim < D) st_bf16(o + dim, l[rr] > 0.0f ? acc[rr][e] / l[rr] * out_scale : 0.0f);
     }
   }
 }
 
-template <int D>
+template <int D, typename C>
 void launch_d(uint16_t* out, Rows q, int32_t hq, PagedKV kv, const int32_t* cu_seqlens_q,
               const int32_t* context_lens, int32_t num_seqs, int32_t max_seqlen_q, float scale,
               cudaStream_t stream) {
   const int smem = int(sizeof(PrefillSmem<D>));
-  NV_CUDA_CHECK(
-      "attention_prefill",
-      cudaFuncSetAttribute(prefill_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  NV_CUDA_CHECK("attention_prefill",
+                cudaFuncSetAttribute(prefill_kernel<D, C>,
+                                     cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   const dim3 grid(unsigned(prefill_num_tiles(max_seqlen_q, hq / kv.hkv)), unsigned(kv.hkv),
                   unsigned(num_seqs));
-  prefill_kernel<D>
-      <<<grid, kPrefillThreads, smem, stream>>>(out, q, hq, kv, cu_seqlens_q, context_lens, scale);
+  prefill_kernel<D, C><<<grid, kPrefillThreads, smem, stream>>>(
+      out, q, hq, kv, cu_seqlens_q, context_lens, scale * kv.k_scale, kv.v_scale);
   NV_CUDA_CHECK("attention_prefill", cudaGetLastError());
 }
 
@@ -183,8 +201,13 @@ void launch_attention_prefill(uint16_t* out, Rows q, int32_t hq, PagedKV kv,
                               cudaStream_t stream) {
   if (num_seqs == 0 || max_seqlen_q == 0) return;
   const auto run = [&](auto d) {
-    launch_d<decltype(d)::value>(out, q, hq, kv, cu_seqlens_q, context_lens, num_seqs, max_seqlen_q,
-                                 scale, stream);
+    if (kv.fp8) {
+      launch_d<decltype(d)::value, uint8_t>(out, q, hq, kv, cu_seqlens_q, context_lens, num_seqs,
+                                            max_seqlen_q, scale, stream);
+    } else {
+      launch_d<decltype(d)::value, uint16_t>(out, q, hq, kv, cu_seqlens_q, context_lens, num_seqs,
+                                             max_seqlen_q, scale, stream);
+    }
   };
   switch (kv.d) {  // attention_head_dim_supported (launch.h)
     case 16:

@@ -1,11 +1,15 @@
 #pragma once
-// Device helpers shared by the kernels: warp reductions and 16-byte bf16 loads/stores.
+// Device helpers shared by the kernels: warp reductions, 16-byte bf16 loads/stores, and the KV
+// cache's element types (bf16, or fp8 E4M3 codes) behind one interface.
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_math.h"
+#include "runtime/fp8.h"
 
 namespace nanovllm::cuda {
 
@@ -60,6 +64,59 @@ __device__ __forceinline__ void store8(uint16_t* p, const float* f) {
     w[i] = uint32_t(f32_to_bf16_bits(f[2 * i])) | (uint32_t(f32_to_bf16_bits(f[2 * i + 1])) << 16);
   *reinterpret_cast<uint4*>(p) = make_uint4(w[0], w[1], w[2], w[3]);
 }
+
+// 8 E4M3 codes (8 bytes, byte i = element i) -> 8 f32, exactly (runtime/fp8.h's values; E4M3 ->
+// f16 is lossless). sm_89 and later convert two codes per instruction (cvt.rn.f16x2.e4m3x2).
+__device__ __forceinline__ void unpack4_fp8(uint32_t w, float* f) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  const float2 lo = __half22float2(
+      __half2(__nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(w & 0xffffu), __NV_E4M3)));
+  const float2 hi =
+      __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(w >> 16), __NV_E4M3)));
+  f[0] = lo.x;
+  f[1] = lo.y;
+  f[2] = hi.x;
+  f[3] = hi.y;
+#else
+#pragma unroll
+  for (int j = 0; j < 4; ++j) f[j] = fp8_e4m3_to_float(uint8_t(w >> (8 * j)));
+#endif
+}
+
+__device__ __forceinline__ void unpack8_fp8(uint2 u, float* f) {
+  unpack4_fp8(u.x, f);
+  unpack4_fp8(u.y, f + 4);
+}
+
+// A KV cache element type: C = uint16_t (bf16 bits) or uint8_t (E4M3 code of x / scale). Raw is
+// 8 elements as loaded (16 or 8 bytes); unpack gives their values (codes for fp8: the caller
+// applies the scale); encode writes one value (a bf16, as f32) divided by the scale.
+template <typename C>
+struct KvElem;
+
+template <>
+struct KvElem<uint16_t> {
+  using Raw = uint4;
+  __device__ __forceinline__ static Raw load(const uint16_t* p) { return load8_raw(p); }
+  __device__ __forceinline__ static Raw zero() { return make_uint4(0, 0, 0, 0); }
+  __device__ __forceinline__ static void unpack(Raw r, float* f) { unpack8(r, f); }
+  __device__ __forceinline__ static uint16_t encode(float x, float /*scale*/) {
+    return f32_to_bf16_bits(x);
+  }
+};
+
+template <>
+struct KvElem<uint8_t> {
+  using Raw = uint2;
+  __device__ __forceinline__ static Raw load(const uint8_t* p) {
+    return *reinterpret_cast<const uint2*>(p);
+  }
+  __device__ __forceinline__ static Raw zero() { return make_uint2(0, 0); }
+  __device__ __forceinline__ static void unpack(Raw r, float* f) { unpack8_fp8(r, f); }
+  __device__ __forceinline__ static uint8_t encode(float x, float scale) {
+    return float_to_fp8_e4m3(x / scale);
+  }
+};
 
 __device__ __forceinline__ float ld_bf16(const uint16_t* p) { return bf16_bits_to_f32(*p); }
 __device__ __forceinline__ void st_bf16(uint16_t* p, float f) { *p = f32_to_bf16_bits(f); }

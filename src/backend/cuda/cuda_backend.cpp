@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
@@ -60,21 +61,37 @@ Rows rows_of(const Tensor& t) {
 }
 
 void check_cache(const LayerKVCache& c) {
-  if (c.k.dtype != DType::BF16 || c.v.dtype != DType::BF16)
-    fail(
-        "the CUDA backend keeps the KV cache in bf16 only; got a {} cache (use --kv-cache-dtype "
-        "bf16 with --device cuda)",
-        dtype_name(c.k.dtype));
-  NV_CHECK(c.k.ndim == 4 && c.k.dtype == DType::BF16 && c.k.is_contiguous() &&
-               c.v.is_contiguous() && c.v.dtype == DType::BF16 && same_shape(c.k, c.v),
-           "cuda KV cache k {} v {}: expected bf16 [num_blocks, block_size, Hkv, D]",
+  NV_CHECK(c.k.ndim == 4 && (c.k.dtype == DType::BF16 || c.k.dtype == DType::F8E4M3) &&
+               c.v.dtype == c.k.dtype && c.k.is_contiguous() && c.v.is_contiguous() &&
+               same_shape(c.k, c.v) && c.k.device == DeviceKind::CUDA,
+           "cuda KV cache k {} v {}: expected bf16 or fp8 [num_blocks, block_size, Hkv, D]",
            c.k.describe(), c.v.describe());
+  NV_CHECK(c.k.dtype == DType::BF16 || (std::isfinite(c.k_scale) && c.k_scale > 0.0f &&
+                                        std::isfinite(c.v_scale) && c.v_scale > 0.0f),
+           "cuda fp8 KV cache scales k {} v {}: expected finite and positive", c.k_scale,
+           c.v_scale);
+}
+
+bool is_fp8(const LayerKVCache& c) { return c.k.dtype == DType::F8E4M3; }
+
+KVStore kv_store(const LayerKVCache& c) {
+  KVStore s;
+  s.k = c.k.data;
+  s.v = c.v.data;
+  s.num_slots = c.k.shape[0] * c.k.shape[1];
+  s.fp8 = is_fp8(c);
+  s.k_scale = s.fp8 ? c.k_scale : 1.0f;
+  s.v_scale = s.fp8 ? c.v_scale : 1.0f;
+  return s;
 }
 
 PagedKV paged(const LayerKVCache& c, const ForwardBatch& batch) {
   PagedKV kv;
-  kv.k = c.k.ptr<const uint16_t>();
-  kv.v = c.v.ptr<const uint16_t>();
+  kv.k = c.k.data;
+  kv.v = c.v.data;
+  kv.fp8 = is_fp8(c);
+  kv.k_scale = kv.fp8 ? c.k_scale : 1.0f;
+  kv.v_scale = kv.fp8 ? c.v_scale : 1.0f;
   kv.block_size = int32_t(c.k.shape[1]);
   kv.hkv = int32_t(c.k.shape[2]);
   kv.d = int32_t(c.k.shape[3]);
@@ -387,8 +404,7 @@ void CudaBackend::store_kv(Tensor k, Tensor v, const LayerKVCache& cache,
   }
   check_i32(batch.slot_mapping, k.shape[0], "store_kv slot_mapping");
   launch_store_kv(rows_of(k), rows_of(v), d, batch.slot_mapping.ptr<const int32_t>(),
-                  cache.k.ptr<uint16_t>(), cache.v.ptr<uint16_t>(),
-                  cache.k.shape[0] * cache.k.shape[1], stream_);
+                  kv_store(cache), stream_);
 }
 
 void CudaBackend::qk_norm_rope_store_kv(Tensor q, Tensor k, Tensor v, const Tensor* q_norm,
@@ -419,8 +435,7 @@ void CudaBackend::qk_norm_rope_store_kv(Tensor q, Tensor k, Tensor v, const Tens
       rows_of(q), rows_of(k), rows_of(v), q_norm ? q_norm->ptr<const uint16_t>() : nullptr,
       k_norm ? k_norm->ptr<const uint16_t>() : nullptr, eps, positions.ptr<const int32_t>(),
       cos_sin.ptr<const float>(), cos_sin.shape[0], d, batch.slot_mapping.ptr<const int32_t>(),
-      cache.k.ptr<uint16_t>(), cache.v.ptr<uint16_t>(), cache.k.shape[0] * cache.k.shape[1],
-      stream_);
+      kv_store(cache), stream_);
 }
 
 void CudaBackend::attention_prefill(Tensor out, Tensor q, const LayerKVCache& cache,

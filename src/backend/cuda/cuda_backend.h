@@ -1,12 +1,13 @@
 #pragma once
-// CudaBackend: the Backend ops on one NVIDIA GPU. Activations bf16, logits f32, weights and the
-// KV cache bf16 (row-major weights: cuBLASLt and the GEMV read them as they are). All work is
+// CudaBackend: the Backend ops on one NVIDIA GPU. Activations bf16, logits f32, weights bf16
+// (row-major: cuBLASLt and the GEMV read them as they are), the KV cache bf16 or fp8 (E4M3 codes
+// of x / scale, converted exactly in the attention kernels). All work is
 // enqueued on the backend's one stream; metadata is read from ForwardBatch's device tensors
 // (so a captured graph replays with whatever the runner refilled), and from ForwardBatch::host
 // only for launch sizes of eager steps (prefill) and the sampler's choice of path. Kernels live
 // in one .cu per op family (see kernels.h); every CUDA call is checked (cuda_check.h).
 //
-// KV cache layout (per layer, k and v alike): [num_blocks, block_size, Hkv, D] bf16, as the CPU.
+// KV cache layout (per layer, k and v alike): [num_blocks, block_size, Hkv, D], as the CPU.
 #include <cuda_runtime_api.h>
 
 #include <functional>

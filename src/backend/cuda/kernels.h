@@ -18,15 +18,31 @@ struct Rows {
   int64_t stride1 = 0;
 };
 
-// The paged KV cache of one layer plus the block tables of the batch.
+// The paged KV cache of one layer plus the block tables of the batch. An fp8 cache holds the E4M3
+// codes of x / scale (runtime/fp8.h); the kernels read code * scale (k_scale folded into the
+// score scale, v_scale into the output), and a bf16 cache has both scales 1.
 struct PagedKV {
-  const uint16_t* k = nullptr;  // [num_blocks, block_size, hkv, d] bf16
-  const uint16_t* v = nullptr;
+  const void* k = nullptr;  // [num_blocks, block_size, hkv, d] bf16, or E4M3 codes when fp8
+  const void* v = nullptr;
+  bool fp8 = false;
+  float k_scale = 1.0f;
+  float v_scale = 1.0f;
   int32_t block_size = 0;
   int32_t hkv = 0;
   int32_t d = 0;
   const int32_t* block_tables = nullptr;  // [num_seqs, table_stride]
   int64_t table_stride = 0;
+};
+
+// Where a step's K/V rows go: slot s of the cache is row s of k / v ([num_slots, hkv, d]); bf16
+// stores the value, fp8 the E4M3 code of value / scale.
+struct KVStore {
+  void* k = nullptr;
+  void* v = nullptr;
+  int64_t num_slots = 0;
+  bool fp8 = false;
+  float k_scale = 1.0f;
+  float v_scale = 1.0f;
 };
 
 // embedding.cu
@@ -63,16 +79,15 @@ void launch_rope(Rows x, const int32_t* positions, const float* cos_sin, int64_t
 void launch_qk_norm_rope_store(Rows q, Rows k, Rows v, const uint16_t* q_norm,
                                const uint16_t* k_norm, float eps, const int32_t* positions,
                                const float* cos_sin, int64_t max_pos, int64_t d,
-                               const int32_t* slot_mapping, uint16_t* k_cache, uint16_t* v_cache,
-                               int64_t num_slots, cudaStream_t stream);
+                               const int32_t* slot_mapping, KVStore cache, cudaStream_t stream);
 
 // activation.cu: out = silu(x[:, :n]) * x[:, n:]
 void launch_silu_and_mul(uint16_t* out, int64_t out_stride, const uint16_t* x, int64_t x_stride,
                          int64_t tokens, int64_t n, cudaStream_t stream);
 
 // kv_cache.cu: cache[slot_mapping[t]] = k[t], v[t]; slot -1 (or outside the cache) skipped.
-void launch_store_kv(Rows k, Rows v, int64_t d, const int32_t* slot_mapping, uint16_t* k_cache,
-                     uint16_t* v_cache, int64_t num_slots, cudaStream_t stream);
+void launch_store_kv(Rows k, Rows v, int64_t d, const int32_t* slot_mapping, KVStore cache,
+                     cudaStream_t stream);
 
 // attention_prefill.cu: out [T, hq, d] contiguous; q [T, hq, d] (Rows, inner = hq).
 void launch_attention_prefill(uint16_t* out, Rows q, int32_t hq, PagedKV kv,

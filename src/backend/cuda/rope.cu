@@ -30,12 +30,14 @@ constexpr int kFusedMaxD = kFusedMaxHeadDim;
 
 // One warp per (token, head) over the q heads, then the k heads, then the v heads of a token.
 // q and k: rms_norm (rounded to bf16, exactly as the separate rms_norm kernel writes it), then
-// RoPE (as rope_kernel), written in place; k and v then stored at the token's slot.
+// RoPE (as rope_kernel), written in place; k and v then stored at the token's slot as store_kv
+// stores them (C: the cache element, bf16 bits or E4M3 codes).
+template <typename C>
 __global__ void qk_norm_rope_store_kernel(Rows q, Rows k, Rows v, const uint16_t* q_norm,
                                           const uint16_t* k_norm, float eps,
                                           const int32_t* positions, const float* cos_sin,
                                           int64_t max_pos, int64_t d, const int32_t* slot_mapping,
-                                          uint16_t* k_cache, uint16_t* v_cache, int64_t num_slots) {
+                                          KVStore cache) {
   __shared__ float buf[kFusedWarps][kFusedMaxD];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t hq = q.inner, hkv = k.inner, heads = hq + 2 * hkv;
@@ -43,13 +45,21 @@ __global__ void qk_norm_rope_store_kernel(Rows q, Rows k, Rows v, const uint16_t
   if (item >= q.rows / hq * heads) return;
   const int64_t t = item / heads, h = item % heads;
   const int32_t slot = slot_mapping[t];
-  const bool store = slot >= 0 && slot < num_slots;
+  const bool store = slot >= 0 && slot < cache.num_slots;
+  // A bf16 cache takes the bits as they are; fp8 the code of value / scale.
+  const auto put = [](C* dst, uint16_t bits, float scale) {
+    if constexpr (sizeof(C) == 2) {
+      *dst = bits;
+    } else {
+      *dst = KvElem<C>::encode(bf16_bits_to_f32(bits), scale);
+    }
+  };
   if (h >= hq + hkv) {  // v: store only
     if (!store) return;
     const int64_t hv = h - hq - hkv;
     const uint16_t* s = static_cast<const uint16_t*>(v.data) + t * v.stride0 + hv * v.stride1;
-    uint16_t* dst = v_cache + slot_offset(slot, hkv * d) + hv * d;
-    for (int64_t i = lane; i < d; i += 32) dst[i] = s[i];
+    C* dst = static_cast<C*>(cache.v) + slot_offset(slot, hkv * d) + hv * d;
+    for (int64_t i = lane; i < d; i += 32) put(dst + i, s[i], cache.v_scale);
     return;
   }
   const bool is_q = h < hq;
@@ -69,7 +79,8 @@ __global__ void qk_norm_rope_store_kernel(Rows q, Rows k, Rows v, const uint16_t
   __syncwarp();
   const int32_t pos = positions[t];
   const int64_t half = d / 2;
-  uint16_t* dst = store && !is_q ? k_cache + slot_offset(slot, hkv * d) + hh * d : nullptr;
+  C* dst =
+      store && !is_q ? static_cast<C*>(cache.k) + slot_offset(slot, hkv * d) + hh * d : nullptr;
   for (int64_t j = lane; j < half; j += 32) {
     float y1 = b[j], y2 = b[j + half];
     if (pos >= 0 && pos < max_pos) {
@@ -82,8 +93,8 @@ __global__ void qk_norm_rope_store_kernel(Rows q, Rows k, Rows v, const uint16_t
     p[j] = a;
     p[j + half] = c;
     if (dst) {
-      dst[j] = a;
-      dst[j + half] = c;
+      put(dst + j, a, cache.k_scale);
+      put(dst + j + half, c, cache.k_scale);
     }
   }
 }
@@ -101,13 +112,17 @@ void launch_rope(Rows x, const int32_t* positions, const float* cos_sin, int64_t
 void launch_qk_norm_rope_store(Rows q, Rows k, Rows v, const uint16_t* q_norm,
                                const uint16_t* k_norm, float eps, const int32_t* positions,
                                const float* cos_sin, int64_t max_pos, int64_t d,
-                               const int32_t* slot_mapping, uint16_t* k_cache, uint16_t* v_cache,
-                               int64_t num_slots, cudaStream_t stream) {
+                               const int32_t* slot_mapping, KVStore cache, cudaStream_t stream) {
   if (q.rows == 0) return;
   const int64_t items = q.rows / q.inner * (q.inner + 2 * k.inner);
-  qk_norm_rope_store_kernel<<<unsigned((items + kFusedWarps - 1) / kFusedWarps), kRowThreads, 0,
-                              stream>>>(q, k, v, q_norm, k_norm, eps, positions, cos_sin, max_pos,
-                                        d, slot_mapping, k_cache, v_cache, num_slots);
+  const unsigned blocks = unsigned((items + kFusedWarps - 1) / kFusedWarps);
+  if (cache.fp8) {
+    qk_norm_rope_store_kernel<uint8_t><<<blocks, kRowThreads, 0, stream>>>(
+        q, k, v, q_norm, k_norm, eps, positions, cos_sin, max_pos, d, slot_mapping, cache);
+  } else {
+    qk_norm_rope_store_kernel<uint16_t><<<blocks, kRowThreads, 0, stream>>>(
+        q, k, v, q_norm, k_norm, eps, positions, cos_sin, max_pos, d, slot_mapping, cache);
+  }
   NV_CUDA_CHECK("qk_norm_rope_store_kv", cudaGetLastError());
 }
 
