@@ -184,14 +184,17 @@ phase_peer() {
   if ! python3 .gpu/kit/peers/check_shim.py > "$out/check_shim.log" 2>&1; then
     note peer FAIL "flash-attn stand-in check failed: see check_shim.log"; return
   fi
-  local i ours8 ours16 peer
+  local i
   : > "$out/peer_runs.tsv"
   for i in 1 2 3; do
-    timeout 240 python3 .gpu/kit/peers/bench_nanovllm.py .gpu/nano-vllm "$model"       > "$out/nanovllm_$i.json" 2> "$out/nanovllm_$i.log" &&
+    timeout 240 python3 .gpu/kit/peers/bench_nanovllm.py .gpu/nano-vllm "$model" \
+      > "$out/nanovllm_$i.json" 2> "$out/nanovllm_$i.log" &&
       printf 'nano-vllm\t%s\n' "$(json_field output_tok_s < "$out/nanovllm_$i.json")" >> "$out/peer_runs.tsv"
-    timeout 120 "$bin" bench --model "$model" --device cuda --no-roofline       > "$out/peer_bf16_$i.json" 2> "$out/peer_bf16_$i.log" &&
+    timeout 120 "$bin" bench --model "$model" --device cuda --no-roofline \
+      > "$out/peer_bf16_$i.json" 2> "$out/peer_bf16_$i.log" &&
       printf 'bf16\t%s\n' "$(json_field output_tok_per_s < "$out/peer_bf16_$i.json")" >> "$out/peer_runs.tsv"
-    timeout 120 "$bin" bench --model "$model" --device cuda --no-roofline --kv-cache-dtype fp8       > "$out/peer_fp8_$i.json" 2> "$out/peer_fp8_$i.log" &&
+    timeout 120 "$bin" bench --model "$model" --device cuda --no-roofline --kv-cache-dtype fp8 \
+      > "$out/peer_fp8_$i.json" 2> "$out/peer_fp8_$i.log" &&
       printf 'fp8\t%s\n' "$(json_field output_tok_per_s < "$out/peer_fp8_$i.json")" >> "$out/peer_runs.tsv"
   done
   note peer "$( [ "$(wc -l < "$out/peer_runs.tsv")" -eq 9 ] && echo ok || echo "FAIL (see peer logs)")" "$(python3 -c "
