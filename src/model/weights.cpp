@@ -1,17 +1,17 @@
 #include "model/weights.h"
 
 #include <cstring>
+#include <memory>
 
 #include <fmt/format.h>
 
 namespace nanovllm {
 
-std::vector<uint16_t> to_bf16(const SafetensorsTensor& t, const std::string& file) {
-  size_t n = size_t(t.numel());
-  std::vector<uint16_t> out(n);
+void to_bf16_into(const SafetensorsTensor& t, const std::string& file, uint16_t* out) {
+  const size_t n = size_t(t.numel());
   switch (t.dtype) {
     case DType::BF16:
-      std::memcpy(out.data(), t.data, n * 2);
+      std::memcpy(out, t.data, n * 2);
       break;
     case DType::F16:
       for (size_t i = 0; i < n; ++i) {
@@ -31,6 +31,11 @@ std::vector<uint16_t> to_bf16(const SafetensorsTensor& t, const std::string& fil
       fail("{}: tensor '{}' has dtype {}; weights must be bf16, f16 or f32", file, t.name,
            dtype_name(t.dtype));
   }
+}
+
+std::vector<uint16_t> to_bf16(const SafetensorsTensor& t, const std::string& file) {
+  std::vector<uint16_t> out(size_t(t.numel()));
+  to_bf16_into(t, file, out.data());
   return out;
 }
 
@@ -46,18 +51,22 @@ class Loader {
     return to_bf16(t, ckpt_.file_of(name));
   }
 
-  // Rows of several [n_i, k] tensors stacked into one [sum n_i, k] linear weight.
+  // Rows of several [n_i, k] tensors stacked into one [sum n_i, k] linear weight. They are staged
+  // in one host buffer reused by every weight (grown to the largest, never zeroed): a model's
+  // load then touches fresh memory only for the backend's own copy.
   LinearWeight linear(const std::vector<std::string>& names, const std::vector<int64_t>& rows,
                       int64_t k) {
-    std::vector<uint16_t> all;
     int64_t n = 0;
+    for (int64_t r : rows) n += r;
+    uint16_t* all = staging(size_t(n * k));
+    int64_t row = 0;
     for (size_t i = 0; i < names.size(); ++i) {
-      std::vector<uint16_t> part = read(names[i], {rows[i], k});
-      all.insert(all.end(), part.begin(), part.end());
-      n += rows[i];
+      const SafetensorsTensor& t = ckpt_.get(names[i], {rows[i], k});
+      to_bf16_into(t, ckpt_.file_of(names[i]), all + row * k);
+      row += rows[i];
     }
     return backend_.make_linear_weight(
-        Tensor::contiguous(all.data(), DType::BF16, {n, k}, DeviceKind::CPU));
+        Tensor::contiguous(all, DType::BF16, {n, k}, DeviceKind::CPU));
   }
 
   // A small bf16 vector (norm weight, bias) concatenated from several tensors.
@@ -71,9 +80,19 @@ class Loader {
   }
 
  private:
+  uint16_t* staging(size_t elems) {
+    if (elems > staging_size_) {
+      staging_.reset(new uint16_t[elems]);  // default-initialized: no zeroing pass
+      staging_size_ = elems;
+    }
+    return staging_.get();
+  }
+
   const Checkpoint& ckpt_;
   Backend& backend_;
   ModelWeights& w_;
+  std::unique_ptr<uint16_t[]> staging_;
+  size_t staging_size_ = 0;
 };
 
 }  // namespace

@@ -46,5 +46,7 @@ Tensor upload_small_bf16(Backend& backend, ModelWeights& w, const std::vector<ui
 
 // Tensor contents as bf16 bits (converted from f16/f32 where needed). Error for other dtypes.
 std::vector<uint16_t> to_bf16(const SafetensorsTensor& t, const std::string& file);
+// The same into out (t.numel() elements).
+void to_bf16_into(const SafetensorsTensor& t, const std::string& file, uint16_t* out);
 
 }  // namespace nanovllm

@@ -159,14 +159,31 @@ size_t packed_weight_bytes(int64_t n, int64_t k) {
   return size_t(ceil_div(n, kBlockCols) * ceil_div(k, 2) * kBlockPairBytes);
 }
 
+int64_t packed_weight_blocks(int64_t n) { return ceil_div(n, kBlockCols); }
+
 void pack_weight(void* dst, const uint16_t* w, int64_t n, int64_t k) {
+  pack_weight_blocks(dst, w, n, k, 0, packed_weight_blocks(n));
+}
+
+void pack_weight_blocks(void* dst, const uint16_t* w, int64_t n, int64_t k, int64_t b0,
+                        int64_t b1) {
   NV_CHECK((reinterpret_cast<uintptr_t>(dst) & 63) == 0, "packed weight must be 64-byte aligned");
-  const int64_t kpairs = ceil_div(k, 2), nblocks = ceil_div(n, kBlockCols);
+  NV_CHECK(b0 >= 0 && b0 <= b1 && b1 <= packed_weight_blocks(n), "blocks [{}, {}) of {}", b0, b1,
+           packed_weight_blocks(n));
+  const int64_t kpairs = ceil_div(k, 2);
   uint16_t* out = static_cast<uint16_t*>(dst);
-  for (int64_t b = 0; b < nblocks; ++b) {
+  for (int64_t b = b0; b < b1; ++b) {
     uint16_t* blk = out + b * kpairs * 32;  // [kpairs][16][2]
-    std::memset(blk, 0, size_t(kpairs * kBlockPairBytes));
-    for (int64_t c = 0; c < kBlockCols && b * kBlockCols + c < n; ++c) {
+    const int64_t cols = std::min<int64_t>(kBlockCols, n - b * kBlockCols);
+    if (cols == kBlockCols && k % 2 == 0) {  // whole pairs of 16 rows: written in order
+      const uint16_t* rows = w + b * kBlockCols * k;
+      for (int64_t p = 0; p < kpairs; ++p)
+        for (int64_t c = 0; c < kBlockCols; ++c)
+          std::memcpy(blk + (p * kBlockCols + c) * 2, rows + c * k + 2 * p, 4);
+      continue;
+    }
+    std::memset(blk, 0, size_t(kpairs * kBlockPairBytes));  // missing rows and odd k's last half
+    for (int64_t c = 0; c < cols; ++c) {
       const uint16_t* row = w + (b * kBlockCols + c) * k;
       for (int64_t i = 0; i < k; ++i) blk[(i / 2) * 32 + c * 2 + (i & 1)] = row[i];
     }

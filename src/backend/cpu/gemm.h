@@ -21,6 +21,10 @@ const char* gemm_isa_name(GemmIsa isa);
 size_t packed_weight_bytes(int64_t n, int64_t k);
 // Packs w (bf16 bits, row-major [n, k]) into dst (packed_weight_bytes(n, k) bytes, 64-aligned).
 void pack_weight(void* dst, const uint16_t* w, int64_t n, int64_t k);
+// The same for the blocks [b0, b1) of packed_weight_blocks(n) (16 rows of w each): the blocks are
+// independent, so threads may pack disjoint ranges.
+int64_t packed_weight_blocks(int64_t n);
+void pack_weight_blocks(void* dst, const uint16_t* w, int64_t n, int64_t k, int64_t b0, int64_t b1);
 // Row `row` of the original [n, k] weight, as f32 (the embedding lookup of a tied table).
 void unpack_weight_row(float* out, const void* packed, int64_t n, int64_t k, int64_t row);
 
