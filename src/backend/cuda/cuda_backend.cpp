@@ -106,7 +106,8 @@ void check_attention(const Tensor& out, const Tensor& q, const LayerKVCache& cac
   check_act(q, what);
   const int64_t hkv = cache.k.shape[2], d = cache.k.shape[3];
   NV_CHECK(q.ndim == 3 && q.shape[0] == rows && q.shape[2] == d && q.shape[1] % hkv == 0 &&
-               q.stride[1] % 8 == 0 && q.stride[0] % 8 == 0,
+               q.stride[1] % 8 == 0 && q.stride[0] % 8 == 0 &&
+               reinterpret_cast<uintptr_t>(q.data) % 16 == 0,  // 16-byte loads of q rows
            "cuda {}: q {} for a cache of {} ({} rows)", what, q.describe(), cache.k.describe(),
            rows);
   NV_CHECK(out.ndim == 3 && out.dtype == DType::BF16 && out.is_contiguous() && same_shape(out, q),
@@ -123,18 +124,22 @@ void check_attention(const Tensor& out, const Tensor& q, const LayerKVCache& cac
 
 class CudaGraph : public DeviceGraph {
  public:
-  CudaGraph(cudaGraph_t graph, cudaGraphExec_t exec, cudaStream_t stream)
-      : graph_(graph), exec_(exec), stream_(stream) {}
+  CudaGraph(cudaGraph_t graph, cudaGraphExec_t exec, cudaStream_t stream, int device)
+      : graph_(graph), exec_(exec), stream_(stream), device_(device) {}
   ~CudaGraph() override {
     cudaGraphExecDestroy(exec_);
     cudaGraphDestroy(graph_);
   }
-  void replay() override { NV_CUDA_CHECK("graph replay", cudaGraphLaunch(exec_, stream_)); }
+  void replay() override {
+    NV_CUDA_CHECK("cudaSetDevice", cudaSetDevice(device_));  // per thread, as CudaBackend's ops
+    NV_CUDA_CHECK("graph replay", cudaGraphLaunch(exec_, stream_));
+  }
 
  private:
   cudaGraph_t graph_;
   cudaGraphExec_t exec_;
   cudaStream_t stream_;
+  int device_;
 };
 
 }  // namespace
@@ -170,6 +175,10 @@ CudaBackend::~CudaBackend() {
   }
 }
 
+// The CUDA runtime's current device is per thread, and the engine may call from a thread other
+// than the one that built the backend (LLM::generate steps on the async engine's thread).
+void CudaBackend::use_device() const { NV_CUDA_CHECK("cudaSetDevice", cudaSetDevice(device_)); }
+
 bool CudaBackend::capturing() const {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   NV_CUDA_CHECK("capture status", cudaStreamIsCapturing(stream_, &status));
@@ -179,6 +188,7 @@ bool CudaBackend::capturing() const {
 // ---- memory ----
 
 Buffer CudaBackend::alloc(size_t bytes) {
+  use_device();
   NV_CHECK(!capturing(), "cuda alloc of {} bytes during graph capture", bytes);
   void* p = nullptr;
   const cudaError_t err = cudaMalloc(&p, bytes == 0 ? 256 : bytes);
@@ -190,6 +200,7 @@ Buffer CudaBackend::alloc(size_t bytes) {
 }
 
 void CudaBackend::upload(Tensor dst, const void* host) {
+  use_device();
   NV_CHECK(dst.is_contiguous(), "cuda upload into non-contiguous {}", dst.describe());
   if (dst.nbytes() == 0) return;
   // Pageable source: the copy has left `host` when the call returns; stream order kept.
@@ -198,6 +209,7 @@ void CudaBackend::upload(Tensor dst, const void* host) {
 }
 
 void CudaBackend::download(void* host, Tensor src) {
+  use_device();
   NV_CHECK(src.is_contiguous(), "cuda download from non-contiguous {}", src.describe());
   if (src.nbytes() == 0) return;
   NV_CUDA_CHECK("download",
@@ -206,6 +218,7 @@ void CudaBackend::download(void* host, Tensor src) {
 }
 
 void CudaBackend::copy(Tensor dst, Tensor src) {
+  use_device();
   NV_CHECK(dst.dtype == src.dtype && dst.ndim == src.ndim && dst.ndim >= 1, "cuda copy {} <- {}",
            dst.describe(), src.describe());
   for (int d = 0; d < dst.ndim; ++d)
@@ -220,6 +233,8 @@ void CudaBackend::copy(Tensor dst, Tensor src) {
     return;
   }
   // Rows of the last dim: 2-D directly, 3-D per index of dim 0.
+  NV_CHECK(dst.ndim <= 3, "cuda copy of non-contiguous {}-D tensors ({} <- {})", dst.ndim,
+           dst.describe(), src.describe());
   const int64_t outer0 = dst.ndim == 3 ? dst.shape[0] : 1;
   for (int64_t i = 0; i < outer0; ++i) {
     const int64_t rows = dst.ndim == 1 ? 1 : dst.shape[last - 1];
@@ -236,13 +251,18 @@ void CudaBackend::copy(Tensor dst, Tensor src) {
 }
 
 void CudaBackend::fill_zero(Tensor dst) {
+  use_device();
   NV_CHECK(dst.is_contiguous(), "cuda fill_zero of non-contiguous {}", dst.describe());
   if (dst.nbytes()) NV_CUDA_CHECK("fill_zero", cudaMemsetAsync(dst.data, 0, dst.nbytes(), stream_));
 }
 
-void CudaBackend::synchronize() { NV_CUDA_CHECK("synchronize", cudaStreamSynchronize(stream_)); }
+void CudaBackend::synchronize() {
+  use_device();
+  NV_CUDA_CHECK("synchronize", cudaStreamSynchronize(stream_));
+}
 
 DeviceMemory CudaBackend::memory_info() const {
+  use_device();
   size_t free_bytes = 0, total_bytes = 0;
   NV_CUDA_CHECK("memory_info", cudaSetDevice(device_));
   NV_CUDA_CHECK("memory_info", cudaMemGetInfo(&free_bytes, &total_bytes));
@@ -250,6 +270,7 @@ DeviceMemory CudaBackend::memory_info() const {
 }
 
 std::unique_ptr<DeviceGraph> CudaBackend::capture_graph(const std::function<void()>& record) {
+  use_device();
   NV_CHECK(!capturing(), "cuda capture_graph inside a capture");
   NV_CUDA_CHECK("capture_graph", cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
   try {
@@ -269,7 +290,7 @@ std::unique_ptr<DeviceGraph> CudaBackend::capture_graph(const std::function<void
     cudaGraphDestroy(graph);
     cuda_failed("capture_graph", "cudaGraphInstantiate", err);
   }
-  return std::make_unique<CudaGraph>(graph, exec, stream_);
+  return std::make_unique<CudaGraph>(graph, exec, stream_, device_);
 }
 
 float* CudaBackend::decode_workspace(size_t floats) {
@@ -279,7 +300,8 @@ float* CudaBackend::decode_workspace(size_t floats) {
              "cuda attention_decode needs {} bytes of workspace during graph capture (have {}): "
              "warm up with the largest batch and block table before capturing",
              bytes, decode_ws_.bytes());
-    decode_ws_.reset();
+    // The old buffer stays alive: graphs captured before this growth still write into it.
+    if (decode_ws_.data()) retired_ws_.push_back(std::move(decode_ws_));
     decode_ws_ = alloc(bytes);
   }
   return static_cast<float*>(decode_ws_.data());
@@ -288,6 +310,7 @@ float* CudaBackend::decode_workspace(size_t floats) {
 // ---- weights ----
 
 LinearWeight CudaBackend::make_linear_weight(Tensor w_host) {
+  use_device();
   NV_CHECK(w_host.ndim == 2 && w_host.dtype == DType::BF16 && w_host.is_contiguous(),
            "linear weight must be contiguous bf16 [N, K], got {}", w_host.describe());
   LinearWeight w;
@@ -303,6 +326,7 @@ LinearWeight CudaBackend::make_linear_weight(Tensor w_host) {
 // ---- ops ----
 
 void CudaBackend::embedding(Tensor out, Tensor ids, const LinearWeight& table) {
+  use_device();
   check_act(out, "embedding out");
   NV_CHECK(out.ndim == 2 && out.shape[1] == table.k, "cuda embedding out {} for a [{}, {}] table",
            out.describe(), table.n, table.k);
@@ -313,6 +337,7 @@ void CudaBackend::embedding(Tensor out, Tensor ids, const LinearWeight& table) {
 
 void CudaBackend::vocab_parallel_embedding(Tensor out, Tensor ids, const LinearWeight& table,
                                            int64_t vocab_start) {
+  use_device();
   check_act(out, "vocab_parallel_embedding out");
   NV_CHECK(out.ndim == 2 && out.shape[1] == table.k,
            "cuda vocab_parallel_embedding out {} for a [{}, {}] table", out.describe(), table.n,
@@ -325,6 +350,7 @@ void CudaBackend::vocab_parallel_embedding(Tensor out, Tensor ids, const LinearW
 }
 
 void CudaBackend::linear(Tensor out, Tensor x, const LinearWeight& w, const Tensor* bias) {
+  use_device();
   check_act(x, "linear x");
   NV_CHECK(x.ndim == 2 && out.ndim == 2 && out.device == DeviceKind::CUDA &&
                (out.dtype == DType::BF16 || out.dtype == DType::F32) && out.stride[1] == 1 &&
@@ -351,6 +377,7 @@ void CudaBackend::linear(Tensor out, Tensor x, const LinearWeight& w, const Tens
 }
 
 void CudaBackend::rms_norm(Tensor out, Tensor x, Tensor weight, float eps) {
+  use_device();
   check_act(x, "rms_norm x");
   check_act(out, "rms_norm out");
   const int64_t d = x.size(-1);
@@ -361,6 +388,7 @@ void CudaBackend::rms_norm(Tensor out, Tensor x, Tensor weight, float eps) {
 }
 
 void CudaBackend::add_rms_norm(Tensor x, Tensor residual, Tensor weight, float eps) {
+  use_device();
   check_act(x, "add_rms_norm x");
   check_act(residual, "add_rms_norm residual");
   NV_CHECK(x.ndim == 2 && residual.ndim == 2 && same_shape(x, residual) && weight.ndim == 1 &&
@@ -372,6 +400,7 @@ void CudaBackend::add_rms_norm(Tensor x, Tensor residual, Tensor weight, float e
 }
 
 void CudaBackend::rope(Tensor x, Tensor positions, Tensor cos_sin) {
+  use_device();
   check_act(x, "rope x");
   NV_CHECK(x.ndim == 3 && x.shape[2] % 2 == 0, "cuda rope x {}: expected [T, heads, D], even D",
            x.describe());
@@ -384,6 +413,7 @@ void CudaBackend::rope(Tensor x, Tensor positions, Tensor cos_sin) {
 }
 
 void CudaBackend::silu_and_mul(Tensor out, Tensor x) {
+  use_device();
   check_act(x, "silu_and_mul x");
   check_act(out, "silu_and_mul out");
   NV_CHECK(
@@ -395,6 +425,7 @@ void CudaBackend::silu_and_mul(Tensor out, Tensor x) {
 
 void CudaBackend::store_kv(Tensor k, Tensor v, const LayerKVCache& cache,
                            const ForwardBatch& batch) {
+  use_device();
   check_cache(cache);
   const int64_t hkv = cache.k.shape[2], d = cache.k.shape[3];
   for (const Tensor* t : {&k, &v}) {
@@ -411,6 +442,7 @@ void CudaBackend::qk_norm_rope_store_kv(Tensor q, Tensor k, Tensor v, const Tens
                                         const Tensor* k_norm, float eps, Tensor positions,
                                         Tensor cos_sin, const LayerKVCache& cache,
                                         const ForwardBatch& batch) {
+  use_device();
   check_cache(cache);
   const int64_t hkv = cache.k.shape[2], d = cache.k.shape[3];
   check_act(q, "qk_norm_rope_store_kv q");
@@ -440,6 +472,7 @@ void CudaBackend::qk_norm_rope_store_kv(Tensor q, Tensor k, Tensor v, const Tens
 
 void CudaBackend::attention_prefill(Tensor out, Tensor q, const LayerKVCache& cache,
                                     const ForwardBatch& batch, float scale) {
+  use_device();
   check_attention(out, q, cache, batch, batch.num_tokens, "attention_prefill");
   check_i32(batch.cu_seqlens_q, batch.num_seqs + 1, "attention_prefill cu_seqlens_q");
   check_i32(batch.context_lens, batch.num_seqs, "attention_prefill context_lens");
@@ -451,6 +484,7 @@ void CudaBackend::attention_prefill(Tensor out, Tensor q, const LayerKVCache& ca
 
 void CudaBackend::attention_decode(Tensor out, Tensor q, const LayerKVCache& cache,
                                    const ForwardBatch& batch, float scale) {
+  use_device();
   check_attention(out, q, cache, batch, batch.num_seqs, "attention_decode");
   check_i32(batch.context_lens, batch.num_seqs, "attention_decode context_lens");
   // Partitions for the widest block table row: fixed per captured graph, and each sequence
@@ -466,6 +500,7 @@ void CudaBackend::attention_decode(Tensor out, Tensor q, const LayerKVCache& cac
 }
 
 void CudaBackend::gather_rows(Tensor out, Tensor x, Tensor indices) {
+  use_device();
   NV_CHECK(out.ndim == 2 && x.ndim == 2 && out.dtype == x.dtype && out.shape[1] == x.shape[1] &&
                out.stride[1] == 1 && x.stride[1] == 1 && out.device == DeviceKind::CUDA,
            "cuda gather_rows out {} from x {}", out.describe(), x.describe());
@@ -492,6 +527,7 @@ bool CudaBackend::device_sampler_serves(const HostBatch& host, int64_t vocab) {
 }
 
 void CudaBackend::sample(Tensor out, Tensor logits, const ForwardBatch& batch) {
+  use_device();
   NV_CHECK(logits.ndim == 2 && logits.dtype == DType::F32 && logits.stride[1] == 1 &&
                logits.device == DeviceKind::CUDA,
            "cuda sample logits {}: expected f32 [B, V]", logits.describe());

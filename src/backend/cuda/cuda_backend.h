@@ -13,6 +13,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "backend/backend.h"
 #include "backend/cuda/gemm.h"
@@ -71,6 +72,7 @@ class CudaBackend : public Backend {
   static bool device_sampler_serves(const HostBatch& host, int64_t vocab);
 
  private:
+  void use_device() const;  // makes device_ the calling thread's current device
   bool capturing() const;
   float* decode_workspace(size_t floats);  // grows outside graph capture only
 
@@ -80,6 +82,7 @@ class CudaBackend : public Backend {
   std::string description_;
   std::unique_ptr<LtGemm> gemm_;
   Buffer decode_ws_;
+  std::vector<Buffer> retired_ws_;  // smaller decode workspaces that captured graphs may use
   std::unique_ptr<cpu::CpuBackend> host_sampler_;  // min_p / top-k / top-p / processed logits
 };
 

@@ -48,8 +48,15 @@ NV_HOST_DEVICE inline uint16_t f32_to_bf16_bits(float f) {
 struct RotatedPair {
   float x1, x2;
 };
+// On the device every product and sum is rounded on its own (no FMA contraction left to ptxas),
+// so the separate rope kernel and the fused q/k-norm + RoPE + store kernel give the same bits.
 NV_HOST_DEVICE inline RotatedPair rope_rotate(float x1, float x2, float c, float s) {
+#if defined(__CUDA_ARCH__)
+  return {__fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, s)),
+          __fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, s))};
+#else
   return {x1 * c - x2 * s, x2 * c + x1 * s};
+#endif
 }
 
 // silu(g) * u (F.silu(gate) * up), in f32.

@@ -81,15 +81,27 @@ cublasLtMatmulAlgo_t LtGemm::choose(const Key& key, int64_t heuristic_m) {
                                 pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ao, sizeof(ao)));
   NV_CUBLAS_CHECK("linear", cublasLtMatmulPreferenceSetAttribute(
                                 pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ao, sizeof(ao)));
-  cublasLtMatmulHeuristicResult_t result{};
+  constexpr int kCandidates = 8;
+  cublasLtMatmulHeuristicResult_t results[kCandidates] = {};
   int found = 0;
-  const cublasStatus_t st =
-      cublasLtMatmulAlgoGetHeuristic(handle_, p.desc, p.a, p.b, p.c, p.c, pref, 1, &result, &found);
+  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle_, p.desc, p.a, p.b, p.c, p.c,
+                                                           pref, kCandidates, results, &found);
   cublasLtMatmulPreferenceDestroy(pref);
   if (st != CUBLAS_STATUS_SUCCESS || found == 0)
     fail("cuda linear: cuBLASLt has no algorithm for [{}, {}] x [{}, {}]^T (status {})", m, k, n, k,
          int(st));
-  return result.algo;
+  // The best-ranked one without split-K: a split-K algorithm divides K by a count that may depend
+  // on M, so the rows of one bucket (graphs on, eager off) could round differently.
+  for (int i = 0; i < found; ++i) {
+    int32_t splits = 1;
+    size_t written = 0;
+    if (cublasLtMatmulAlgoConfigGetAttribute(&results[i].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM,
+                                             &splits, sizeof(splits),
+                                             &written) == CUBLAS_STATUS_SUCCESS &&
+        splits <= 1)
+      return results[i].algo;
+  }
+  return results[0].algo;
 }
 
 LtGemm::Plan& LtGemm::plan(const Key& key) {
