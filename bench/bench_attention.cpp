@@ -4,10 +4,10 @@
 //            4 * D * Hq * T(T+1)/2 (QK^T and P.V, 2 FLOPs per multiply-add), against the measured
 //            f32 FMA peak: the long prompts must keep the 512-token rate (no cliff).
 //   decode:  1 and 16 sequences at context 1024, and 1 at 16384 (split into partitions over the
-//            threads); bytes = the K and V rows read per step
-//            (ctx * Hkv * D * 2 bytes * 2), against the measured read bandwidth. The caches of
-//            several layers are cycled (>= 512 MiB in all) so the KV rows come from memory, as
-//            in a real step over 28 layers.
+//            threads), over a bf16 and an fp8 (E4M3) cache; bytes = the K and V rows read per
+//            step (ctx * Hkv * D * 2 * element bytes), against the measured read bandwidth. The
+//            caches of several layers are cycled (>= 512 MiB in all) so the KV rows come from
+//            memory, as in a real step over 28 layers.
 //
 //   bench_attention [--threads N]      (NANOVLLM_ATTENTION_ISA=avx2 forces the AVX2 kernels)
 #include <algorithm>
@@ -15,16 +15,17 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <random>
 #include <string>
 #include <utility>
-#include <ctime>
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/roofline.h"
-#include "runtime/tensor.h"
 #include "runtime/forward_batch.h"
+#include "runtime/fp8.h"
+#include "runtime/tensor.h"
 
 using namespace nanovllm;
 using namespace nanovllm::cpu;
@@ -37,23 +38,39 @@ double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-// One layer's paged cache for `seqs` sequences of `ctx` tokens, blocks handed out in order.
+// One layer's paged cache for `seqs` sequences of `ctx` tokens, blocks handed out in order:
+// bf16, or fp8 (E4M3 codes, scales 1).
 struct Cache {
   std::vector<uint16_t> k, v;
+  std::vector<uint8_t> k8, v8;
   int64_t num_blocks;
-  Cache(int64_t blocks, std::mt19937& rng) : num_blocks(blocks) {
+  bool fp8;
+  Cache(int64_t blocks, std::mt19937& rng, bool fp8_ = false) : num_blocks(blocks), fp8(fp8_) {
     const size_t n = size_t(blocks * kBlock * kHkv * kD);
+    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+    if (fp8) {
+      k8.resize(n);
+      v8.resize(n);
+      for (size_t i = 0; i < n; ++i) {
+        k8[i] = float_to_fp8_e4m3(dist(rng));
+        v8[i] = float_to_fp8_e4m3(dist(rng));
+      }
+      return;
+    }
     k.resize(n);
     v.resize(n);
-    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
     for (size_t i = 0; i < n; ++i) {
       k[i] = f32_to_bf16(dist(rng));
       v[i] = f32_to_bf16(dist(rng));
     }
   }
   LayerKVCache view() {
-    return {Tensor::contiguous(k.data(), DType::BF16, {num_blocks, kBlock, kHkv, kD}),
-            Tensor::contiguous(v.data(), DType::BF16, {num_blocks, kBlock, kHkv, kD})};
+    const std::initializer_list<int64_t> shape = {num_blocks, kBlock, kHkv, kD};
+    if (fp8)
+      return {Tensor::contiguous(k8.data(), DType::F8E4M3, shape),
+              Tensor::contiguous(v8.data(), DType::F8E4M3, shape)};
+    return {Tensor::contiguous(k.data(), DType::BF16, shape),
+            Tensor::contiguous(v.data(), DType::BF16, shape)};
   }
 };
 
@@ -154,50 +171,55 @@ int main(int argc, char** argv) {
                               t <= 4096 ? 1.0 : 0.0);
     const double ms = std::max(tm.cpu_ms / threads, 1e-6);
     const double flops = 4.0 * double(kD) * double(kHq) * double(t) * double(t + 1) / 2.0;
-    std::printf("prefill  T=%-5lld:      %8.3f ms/layer (wall min %.3f)  %6.1f GFLOP/s (%.0f%% of f32 "
-                "peak; %.2f GFLOP)  x28 layers = %.1f ms\n",
-                (long long)t, ms, tm.min_ms, flops / ms / 1e6, 100.0 * flops / ms / 1e6 / peak,
-                flops / 1e9, 28 * ms);
+    std::printf(
+        "prefill  T=%-5lld:      %8.3f ms/layer (wall min %.3f)  %6.1f GFLOP/s (%.0f%% of f32 "
+        "peak; %.2f GFLOP)  x28 layers = %.1f ms\n",
+        (long long)t, ms, tm.min_ms, flops / ms / 1e6, 100.0 * flops / ms / 1e6 / peak, flops / 1e9,
+        28 * ms);
   }
 
-  // ---- decode: 1 and 16 sequences at context 1024, 1 at 16384 ----
-  for (auto [seqs, ctx] : {std::pair<int64_t, int64_t>{1, 1024}, {16, 1024}, {1, 16384}}) {
-    const int64_t blocks = seqs * ((ctx + kBlock - 1) / kBlock);
-    const double layer_bytes = double(blocks * kBlock * kHkv * kD * 2 * 2);
-    const int copies = int(std::max(1.0, std::ceil(512.0 * (1 << 20) / layer_bytes)));
-    std::vector<Cache> caches;
-    for (int i = 0; i < copies; ++i) caches.emplace_back(blocks, rng);
-    HostBatch hb = make_batch(seqs, 1, ctx, false);
-    hb.cu_seqlens_q.clear();
-    ForwardBatch fb;
-    fb.host = &hb;
-    fb.num_seqs = int(seqs);
-    fb.num_tokens = int(seqs);
-    std::vector<float> qkv(size_t(seqs * qkv_width)), out(size_t(seqs * kHq * kD));
-    std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
-    for (float& x : qkv) x = dist(rng);
-    Tensor q = Tensor::contiguous(qkv.data(), DType::F32, {seqs, qkv_width})
-                   .slice_last(0, kHq * kD)
-                   .unflatten_last(kHq);
-    Tensor o = Tensor::contiguous(out.data(), DType::F32, {seqs, kHq, kD});
-    std::vector<LayerKVCache> views;
-    for (auto& c : caches) views.push_back(c.view());
-    size_t next = 0;
-    const Timing tm = time_ms(
-        [&] {
-          be.attention_decode(o, q, views[next], fb, scale);
-          next = (next + 1) % views.size();
-        },
-        20, 1.0);
-    const double ms = std::max(tm.cpu_ms / threads, 1e-6);
-    const double bytes = double(seqs * ctx * kHkv * kD * 2 * 2);
-    std::printf("decode   B=%2lld ctx=%-5lld: %8.3f ms/layer (wall min %.3f)  %6.1f GB/s (%.0f%% of read "
-                "bw; %.1f MiB KV/step/layer)  x28 layers = %.2f ms\n",
-                (long long)seqs, (long long)ctx, ms, tm.min_ms, bytes / ms / 1e6,
-                100.0 * bytes / ms / 1e6 / bw, bytes / (1 << 20), 28 * ms);
-  }
-  std::printf("\nms/layer: median process CPU time per call / threads (robust on a shared machine;\n"
-              "equals the wall time on idle cores when the threads are kept busy); wall min: the\n"
-              "fastest wall-clock call. Decode cycles the KV reads through >= 512 MiB of layer caches.\n");
+  // ---- decode: 1 and 16 sequences at context 1024, 1 at 16384; bf16 then fp8 ----
+  for (bool fp8 : {false, true})
+    for (auto [seqs, ctx] : {std::pair<int64_t, int64_t>{1, 1024}, {16, 1024}, {1, 16384}}) {
+      const int64_t blocks = seqs * ((ctx + kBlock - 1) / kBlock);
+      const int64_t elem = fp8 ? 1 : 2;
+      const double layer_bytes = double(blocks * kBlock * kHkv * kD * elem * 2);
+      const int copies = int(std::max(1.0, std::ceil(512.0 * (1 << 20) / layer_bytes)));
+      std::vector<Cache> caches;
+      for (int i = 0; i < copies; ++i) caches.emplace_back(blocks, rng, fp8);
+      HostBatch hb = make_batch(seqs, 1, ctx, false);
+      hb.cu_seqlens_q.clear();
+      ForwardBatch fb;
+      fb.host = &hb;
+      fb.num_seqs = int(seqs);
+      fb.num_tokens = int(seqs);
+      std::vector<float> qkv(size_t(seqs * qkv_width)), out(size_t(seqs * kHq * kD));
+      std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
+      for (float& x : qkv) x = dist(rng);
+      Tensor q = Tensor::contiguous(qkv.data(), DType::F32, {seqs, qkv_width})
+                     .slice_last(0, kHq * kD)
+                     .unflatten_last(kHq);
+      Tensor o = Tensor::contiguous(out.data(), DType::F32, {seqs, kHq, kD});
+      std::vector<LayerKVCache> views;
+      for (auto& c : caches) views.push_back(c.view());
+      size_t next = 0;
+      const Timing tm = time_ms(
+          [&] {
+            be.attention_decode(o, q, views[next], fb, scale);
+            next = (next + 1) % views.size();
+          },
+          20, 1.0);
+      const double ms = std::max(tm.cpu_ms / threads, 1e-6);
+      const double bytes = double(seqs * ctx * kHkv * kD * elem * 2);
+      std::printf(
+          "decode %s B=%2lld ctx=%-5lld: %8.3f ms/layer (wall min %.3f)  %6.1f GB/s (%.0f%% of "
+          "read bw; %.1f MiB KV/step/layer)  x28 layers = %.2f ms\n",
+          fp8 ? "fp8 " : "bf16", (long long)seqs, (long long)ctx, ms, tm.min_ms, bytes / ms / 1e6,
+          100.0 * bytes / ms / 1e6 / bw, bytes / (1 << 20), 28 * ms);
+    }
+  std::printf(
+      "\nms/layer: median process CPU time per call / threads (robust on a shared machine;\n"
+      "equals the wall time on idle cores when the threads are kept busy); wall min: the\n"
+      "fastest wall-clock call. Decode cycles the KV reads through >= 512 MiB of layer caches.\n");
   return 0;
 }
