@@ -2,7 +2,8 @@
 // prints why and exits 1). Each figure is the median of 20 timed runs after 3 warm-ups.
 //   copy:    a 1 GiB device-to-device copy: (read + write) bytes / s, the bandwidth yardstick
 //   decode:  attention_decode, 16 q / 8 kv heads, D 128, 256-token blocks, batch 1 / 32 / 256
-//            at context 1024: bytes = K and V rows read (B * ctx * 8 * 128 * 2 B * 2)
+//            at context 1024, over a bf16 and an fp8 cache: bytes = K and V rows read
+//            (B * ctx * 8 * 128 * element bytes * 2)
 //   prefill: attention_prefill of one 1024-token prompt: 4 * D * Hq * T(T+1)/2 FLOPs
 //   linear:  x[M, 1024] @ w[3072, 1024]^T for M = 1, 16 (GEMV: weight bytes / s) and 256, 4096
 //            (cuBLASLt: FLOP/s)
@@ -75,35 +76,39 @@ int main() {
 
   // Decode attention over a cache with a random block permutation.
   const int64_t hq = 16, hkv = 8, d = 128, bs = 256, ctx = 1024;
-  for (int64_t B : {1, 32, 256}) {
-    const int64_t blocks_per_seq = ctx / bs, width = blocks_per_seq + 1, nb = B * blocks_per_seq;
-    LayerKVCache cache{alloc(*be, keep, DType::BF16, {nb, bs, hkv, d}),
-                       alloc(*be, keep, DType::BF16, {nb, bs, hkv, d})};
-    std::vector<int32_t> perm(static_cast<size_t>(nb));
-    for (int64_t i = 0; i < nb; ++i) perm[size_t(i)] = int32_t(i);
-    std::shuffle(perm.begin(), perm.end(), std::mt19937(1));
-    std::vector<int32_t> tables(static_cast<size_t>(B * width), -1),
-        lens(static_cast<size_t>(B), int32_t(ctx));
-    for (int64_t s = 0; s < B; ++s)
-      for (int64_t j = 0; j < blocks_per_seq; ++j)
-        tables[size_t(s * width + j)] = perm[size_t(s * blocks_per_seq + j)];
-    HostBatch h;
-    ForwardBatch fb;
-    fb.host = &h;
-    fb.num_seqs = int(B);
-    fb.num_tokens = int(B);
-    fb.context_lens = put(*be, keep, lens, DType::I32);
-    Tensor bt = alloc(*be, keep, DType::I32, {B, width});
-    be->upload(bt, tables.data());
-    fb.block_tables = bt;
-    Tensor q = alloc(*be, keep, DType::BF16, {B, hq, d}),
-           out = alloc(*be, keep, DType::BF16, {B, hq, d});
-    const double t = median_seconds(*be, [&] { be->attention_decode(out, q, cache, fb, 0.088f); });
-    const double bytes = double(B * ctx * hkv * d * 2 * 2);
-    std::printf("attention_decode B=%lld ctx=%lld: %.1f us -> %.0f GB/s (%.0f%% of copy)\n",
-                (long long)B, (long long)ctx, t * 1e6, bytes / t / 1e9,
-                100 * bytes / t / 1e9 / copy_gbs);
-  }
+  for (DType kv : {DType::BF16, DType::F8E4M3})
+    for (int64_t B : {1, 32, 256}) {
+      const int64_t blocks_per_seq = ctx / bs, width = blocks_per_seq + 1, nb = B * blocks_per_seq;
+      LayerKVCache cache{alloc(*be, keep, kv, {nb, bs, hkv, d}),
+                         alloc(*be, keep, kv, {nb, bs, hkv, d})};
+      be->fill_zero(cache.k);  // finite values (fp8 code 0 and bf16 0 alike)
+      be->fill_zero(cache.v);
+      std::vector<int32_t> perm(static_cast<size_t>(nb));
+      for (int64_t i = 0; i < nb; ++i) perm[size_t(i)] = int32_t(i);
+      std::shuffle(perm.begin(), perm.end(), std::mt19937(1));
+      std::vector<int32_t> tables(static_cast<size_t>(B * width), -1),
+          lens(static_cast<size_t>(B), int32_t(ctx));
+      for (int64_t s = 0; s < B; ++s)
+        for (int64_t j = 0; j < blocks_per_seq; ++j)
+          tables[size_t(s * width + j)] = perm[size_t(s * blocks_per_seq + j)];
+      HostBatch h;
+      ForwardBatch fb;
+      fb.host = &h;
+      fb.num_seqs = int(B);
+      fb.num_tokens = int(B);
+      fb.context_lens = put(*be, keep, lens, DType::I32);
+      Tensor bt = alloc(*be, keep, DType::I32, {B, width});
+      be->upload(bt, tables.data());
+      fb.block_tables = bt;
+      Tensor q = alloc(*be, keep, DType::BF16, {B, hq, d}),
+             out = alloc(*be, keep, DType::BF16, {B, hq, d});
+      const double t =
+          median_seconds(*be, [&] { be->attention_decode(out, q, cache, fb, 0.088f); });
+      const double bytes = double(B * ctx * hkv * d * int64_t(dtype_size(kv)) * 2);
+      std::printf("attention_decode %s B=%lld ctx=%lld: %.1f us -> %.0f GB/s (%.0f%% of copy)\n",
+                  kv == DType::BF16 ? "bf16" : "fp8 ", (long long)B, (long long)ctx, t * 1e6,
+                  bytes / t / 1e9, 100 * bytes / t / 1e9 / copy_gbs);
+    }
 
   {  // Prefill attention, one 1024-token prompt.
     const int64_t T = 1024, nb = T / bs;
