@@ -74,7 +74,7 @@ phase_test() {
     note "ctest -L cuda" FAIL "$(grep -Eo '[0-9]+% tests passed, [0-9]+ tests failed out of [0-9]+' "$out/ctest.log" | tail -1)"
     grep -E "^\s+[0-9]+ - |Failure|FAILED" "$out/ctest.log" | head -20
   fi
-  grep -E "prompts identical|logit error" "$out/ctest.log" | head -12 >&2
+  grep -E "prompts identical|logit error|fp8 vs bf16" "$out/ctest.log" | head -24 >&2
   local cs
   cs=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer /usr/local/cuda/compute-sanitizer/compute-sanitizer 2> /dev/null | head -1)
   if [ -z "$cs" ]; then
