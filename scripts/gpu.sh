@@ -68,7 +68,7 @@ phase_build() {
 }
 
 phase_test() {
-  if ctest --test-dir build/gpu -L cuda --output-on-failure --timeout 600 > "$out/ctest.log" 2>&1; then
+  if ctest --test-dir build/gpu -L cuda -V --timeout 600 > "$out/ctest.log" 2>&1; then
     note "ctest -L cuda" ok "$(grep -Eo '[0-9]+ tests? failed out of [0-9]+|100% tests passed.*' "$out/ctest.log" | tail -1)"
   else
     note "ctest -L cuda" FAIL "$(grep -Eo '[0-9]+% tests passed, [0-9]+ tests failed out of [0-9]+' "$out/ctest.log" | tail -1)"
