@@ -7,11 +7,9 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
-#include <filesystem>
 #include <random>
 
 #include "engine/llm_engine.h"
-#include "model/make_model.h"
 #include "model/model_fixture.h"
 #include "nanovllm/llm.h"
 #include "reference/reference_model.h"
@@ -239,24 +237,10 @@ TEST_P(CudaEngine, Fp8KvNearBf16) {
 
 // Qwen3-0.6B's attention shapes (head_dim 128, 16 query / 8 kv heads), 2 layers.
 TEST(CudaFp8Kv, Qwen3ShapesNearBf16) {
-  namespace fs = std::filesystem;
-  const fs::path dir =
-      fs::temp_directory_path() / ("nanovllm-test-cuda-fp8-qwen3-2l-" + std::to_string(::getpid()));
-  test::remove_at_exit(dir);
-  MakeModelOptions o;
-  o.preset = "tiny";
-  o.layers = 2;
-  o.hidden = 1024;
-  o.heads = 16;
-  o.kv_heads = 8;
-  o.head_dim = 128;
-  o.intermediate = 3072;
-  o.seed = 3;
-  o.out = dir.string();
-  make_model(o);
-  Config c = cuda_config(dir.string());
+  const std::string model = test::qwen3_shaped_model("cuda-fp8-qwen3-2l");
+  Config c = cuda_config(model);
   c.kv_cache_memory = 64 << 20;
-  expect_fp8_near_bf16(dir.string(), c, "qwen3-0.6b shapes, 2 layers");
+  expect_fp8_near_bf16(model, c, "qwen3-0.6b shapes, 2 layers");
 }
 
 INSTANTIATE_TEST_SUITE_P(TinyShapes, CudaEngine, ::testing::Values("tiny", "tiny-qwen2"));

@@ -144,24 +144,10 @@ TEST(Fp8KvEngine, GreedyTokensMatchFp8Reference) {
 // Qwen3-0.6B's attention shapes (head_dim 128, 16 query / 8 kv heads, hidden 1024), 2 layers and
 // a small vocabulary: the AVX-512 decode path's shapes.
 TEST(Fp8KvEngine, Qwen3ShapesAgreeWithBf16) {
-  namespace fs = std::filesystem;
-  const fs::path dir = fs::temp_directory_path() /
-                       ("nanovllm-test-fp8-qwen3-2l-" + std::to_string(::getpid()));
-  test::remove_at_exit(dir);
-  MakeModelOptions o;
-  o.preset = "tiny";  // Qwen3 with the tiny preset's small vocabulary and token ids
-  o.layers = 2;
-  o.hidden = 1024;
-  o.heads = 16;
-  o.kv_heads = 8;
-  o.head_dim = 128;
-  o.intermediate = 3072;
-  o.seed = 3;
-  o.out = dir.string();
-  make_model(o);
-  Config c = test::tiny_config(dir.string());
+  const std::string model = test::qwen3_shaped_model("fp8-qwen3-2l");
+  Config c = test::tiny_config(model);
   c.kv_cache_memory = 8 << 20;
-  const Agreement a = compare(dir.string(), c, 3, 40, 16);
+  const Agreement a = compare(model, c, 3, 40, 16);
   report("qwen3-0.6b shapes, 2 layers", a);
   EXPECT_GT(a.max_logit, 0.0);
   EXPECT_LT(a.max_logit, 0.05 * a.logit_range);

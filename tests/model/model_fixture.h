@@ -45,6 +45,28 @@ inline std::string tiny_model(const std::string& preset, uint64_t seed = 1) {
   return dir.string();
 }
 
+// Qwen3-0.6B's attention and MLP shapes (hidden 1024, 16 query / 8 kv heads of 128, intermediate
+// 3072) cut to 2 layers, with the tiny preset's small vocabulary; removed at exit. `tag` names
+// the folder.
+inline std::string qwen3_shaped_model(const std::string& tag) {
+  namespace fs = std::filesystem;
+  const fs::path dir =
+      fs::temp_directory_path() / ("nanovllm-test-" + tag + "-" + std::to_string(::getpid()));
+  remove_at_exit(dir);
+  MakeModelOptions o;
+  o.preset = "tiny";
+  o.layers = 2;
+  o.hidden = 1024;
+  o.heads = 16;
+  o.kv_heads = 8;
+  o.head_dim = 128;
+  o.intermediate = 3072;
+  o.seed = 3;
+  o.out = dir.string();
+  make_model(o);
+  return dir.string();
+}
+
 // A copy of model folder `model` whose model.safetensors is cut to half its bytes (a corrupt
 // checkpoint), removed at exit; `tag` names the folder.
 inline std::string truncated_checkpoint(const std::string& model, const std::string& tag) {
