@@ -424,7 +424,8 @@ void decode_partition512(const AttnArgs& a, const DecodeItem& it, float* m, floa
     for (int64_t o = 0; o < row_bytes; o += 64) _mm_prefetch(kp + o, _MM_HINT_T1);
     for (int64_t o = 0; o < row_bytes; o += 64) _mm_prefetch(vp + o, _MM_HINT_T1);
   };
-  for (int64_t key = it.k0; key < it.k0 + kDecodeChunk; ++key) prefetch(key);
+  // The first kPrefetchKeys keys now; key c0 + j + kPrefetchKeys as key c0 + j is scored.
+  for (int64_t key = it.k0; key < it.k0 + kPrefetchKeys; ++key) prefetch(key);
   const uint16_t* kbase[kDecodeChunk];  // each key's token row [Hkv, D], bf16
   const uint16_t* vbase[kDecodeChunk];
   const uint16_t* vrow[kDecodeChunk];
