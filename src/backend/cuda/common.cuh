@@ -65,8 +65,8 @@ __device__ __forceinline__ void store8(uint16_t* p, const float* f) {
   *reinterpret_cast<uint4*>(p) = make_uint4(w[0], w[1], w[2], w[3]);
 }
 
-// 8 E4M3 codes (8 bytes, byte i = element i) -> 8 f32, exactly (runtime/fp8.h's values; E4M3 ->
-// f16 is lossless). sm_89 and later convert two codes per instruction (cvt.rn.f16x2.e4m3x2).
+// 4 E4M3 codes (byte j of w = element j) -> 4 f32, exactly (runtime/fp8.h's values; E4M3 -> f16
+// is lossless). sm_89 and later convert two codes per instruction (cvt.rn.f16x2.e4m3x2).
 __device__ __forceinline__ void unpack4_fp8(uint32_t w, float* f) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
   const float2 lo = __half22float2(
@@ -83,6 +83,7 @@ __device__ __forceinline__ void unpack4_fp8(uint32_t w, float* f) {
 #endif
 }
 
+// 8 E4M3 codes (8 bytes, byte i = element i) -> 8 f32.
 __device__ __forceinline__ void unpack8_fp8(uint2 u, float* f) {
   unpack4_fp8(u.x, f);
   unpack4_fp8(u.y, f + 4);
