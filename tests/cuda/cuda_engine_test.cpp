@@ -84,6 +84,15 @@ void expect_reference_tokens(const Prompts& got, const Prompts& prompts,
               prompts.size(), n);
 }
 
+// Four 40-token prompts sharing a 32-token prefix (two 16-token blocks), then `more`.
+Prompts shared_prefix_prompts(int vocab, const Prompts& more) {
+  Prompts prompts = random_prompts(4, vocab, 40, 40, 3);
+  for (size_t i = 1; i < prompts.size(); ++i)
+    std::copy(prompts[0].begin(), prompts[0].begin() + 32, prompts[i].begin());
+  prompts.insert(prompts.end(), more.begin(), more.end());
+  return prompts;
+}
+
 class CudaEngine : public ::testing::TestWithParam<std::string> {};
 
 // bf16 activations: the error against the fp32 forward is bf16-sized (the CPU's f32 activations
@@ -131,12 +140,8 @@ TEST_P(CudaEngine, GraphsOnEqualsOff) {
 TEST_P(CudaEngine, PrefixCachePreemptionChunkedPrefill) {
   const std::string model = test::tiny_model(GetParam());
   ref::ReferenceModel reference(model, ref::Precision::kBf16Storage);
-  std::mt19937 rng(99);
-  Prompts prompts = random_prompts(4, reference.config().vocab_size, 40, 40, 3);
-  for (size_t i = 1; i < prompts.size(); ++i)  // a shared 32-token prefix (two blocks)
-    std::copy(prompts[0].begin(), prompts[0].begin() + 32, prompts[i].begin());
-  Prompts more = random_prompts(6, reference.config().vocab_size, 50, 90, 4);
-  prompts.insert(prompts.end(), more.begin(), more.end());
+  const Prompts prompts = shared_prefix_prompts(
+      reference.config().vocab_size, random_prompts(6, reference.config().vocab_size, 50, 90, 4));
   const Config base = cuda_config(model);
   Config off = base, small = base, chunked = base;
   off.enable_prefix_caching = false;
@@ -166,11 +171,8 @@ Config fp8(Config c) {
 TEST_P(CudaEngine, Fp8KvMatchesFp8ReferenceWithEveryFeature) {
   const std::string model = test::tiny_model(GetParam());
   ref::ReferenceModel reference(model, ref::Precision::kBf16StorageFp8Kv);
-  Prompts prompts = random_prompts(4, reference.config().vocab_size, 40, 40, 3);
-  for (size_t i = 1; i < prompts.size(); ++i)  // a shared 32-token prefix (two blocks)
-    std::copy(prompts[0].begin(), prompts[0].begin() + 32, prompts[i].begin());
-  Prompts more = random_prompts(8, reference.config().vocab_size, 1, 90, 4);
-  prompts.insert(prompts.end(), more.begin(), more.end());
+  const Prompts prompts = shared_prefix_prompts(
+      reference.config().vocab_size, random_prompts(8, reference.config().vocab_size, 1, 90, 4));
   const Config base = fp8(cuda_config(model));
   Config eager = base, off = base, small = base, chunked = base;
   eager.enforce_eager = true;
@@ -197,28 +199,12 @@ TEST_P(CudaEngine, Fp8KvMatchesFp8ReferenceWithEveryFeature) {
 // and the same bytes hold twice the blocks.
 void expect_fp8_near_bf16(const std::string& model, const Config& base, const char* name) {
   const Prompts prompts = random_prompts(6, test::vocab_size(model), 20, 60, 321);
-  const Prompts want = generate(base, prompts, greedy_params(24));
-  const Prompts got = generate(fp8(base), prompts, greedy_params(24));
-  int64_t same = 0, total = 0;
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    size_t j = 0;
-    while (j < want[i].size() && got[i][j] == want[i][j]) ++j;
-    same += int64_t(j);
-    total += int64_t(want[i].size());
-  }
+  const double agreement = test::leading_agreement(generate(fp8(base), prompts, greedy_params(24)),
+                                                   generate(base, prompts, greedy_params(24)));
   LLMEngine bf16_engine(base), fp8_engine(fp8(base));
   EXPECT_EQ(fp8_engine.model_runner().kv_block_bytes() * 2,
             bf16_engine.model_runner().kv_block_bytes());
-  double max_diff = 0, range = 0;
-  for (const auto& p : prompts) {
-    const std::vector<float> w = test::prefill_logits(bf16_engine, p);
-    const std::vector<float> g = test::prefill_logits(fp8_engine, p);
-    for (size_t v = 0; v < w.size(); ++v) {
-      max_diff = std::max(max_diff, double(std::fabs(g[v] - w[v])));
-      range = std::max(range, double(std::fabs(w[v])));
-    }
-  }
-  const double agreement = double(same) / double(total);
+  const auto [max_diff, range] = test::logit_gap(fp8_engine, bf16_engine, prompts);
   std::printf(
       "[cuda fp8 vs bf16 KV] %s: greedy agreement %.1f%%, max |logit diff| %.4f (max "
       "|logit| %.3f, %.2f%%)\n",

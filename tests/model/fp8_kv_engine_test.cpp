@@ -70,23 +70,11 @@ Agreement compare(const std::string& model, const Config& base, int num_prompts,
   Agreement a;
   const Prompts want = greedy(base, prompts, max_tokens);
   const Prompts got = greedy(fp8(base), prompts, max_tokens);
-  int64_t same = 0, total = 0;
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    size_t j = 0;
-    while (j < want[i].size() && got[i][j] == want[i][j]) ++j;
-    same += int64_t(j);
-    total += int64_t(want[i].size());
-  }
-  a.tokens = double(same) / double(total);
+  a.tokens = test::leading_agreement(got, want);
   LLMEngine bf16_engine(base), fp8_engine(fp8(base));
-  for (const auto& p : prompts) {
-    const std::vector<float> w = test::prefill_logits(bf16_engine, p);
-    const std::vector<float> g = test::prefill_logits(fp8_engine, p);
-    for (size_t v = 0; v < w.size(); ++v) {
-      a.max_logit = std::max(a.max_logit, double(std::fabs(g[v] - w[v])));
-      a.logit_range = std::max(a.logit_range, double(std::fabs(w[v])));
-    }
-  }
+  const test::LogitGap gap = test::logit_gap(fp8_engine, bf16_engine, prompts);
+  a.max_logit = gap.max_diff;
+  a.logit_range = gap.range;
   return a;
 }
 

@@ -132,4 +132,38 @@ inline double relative_error(const std::vector<float>& got, const std::vector<fl
   return max_err / max_ref;
 }
 
+// Share of `want`'s tokens that `got` matches before each sequence's first difference.
+inline double leading_agreement(const std::vector<std::vector<int32_t>>& got,
+                                const std::vector<std::vector<int32_t>>& want) {
+  NV_CHECK(got.size() == want.size());
+  int64_t same = 0, total = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    size_t j = 0;
+    while (j < want[i].size() && j < got[i].size() && got[i][j] == want[i][j]) ++j;
+    same += int64_t(j);
+    total += int64_t(want[i].size());
+  }
+  return total ? double(same) / double(total) : 1.0;
+}
+
+// The largest last-token logit difference between two engines over `prompts`, and the largest
+// |logit| of `want` (its scale).
+struct LogitGap {
+  double max_diff = 0;
+  double range = 0;
+};
+inline LogitGap logit_gap(LLMEngine& got, LLMEngine& want,
+                          const std::vector<std::vector<int32_t>>& prompts) {
+  LogitGap g;
+  for (const auto& p : prompts) {
+    const std::vector<float> w = prefill_logits(want, p);
+    const std::vector<float> x = prefill_logits(got, p);
+    for (size_t v = 0; v < w.size(); ++v) {
+      g.max_diff = std::max(g.max_diff, double(std::fabs(x[v] - w[v])));
+      g.range = std::max(g.range, double(std::fabs(w[v])));
+    }
+  }
+  return g;
+}
+
 }  // namespace nanovllm::test
