@@ -33,7 +33,6 @@ constexpr int64_t kDecodeChunk = 16;        // token rows per step
 // Keys per partition: a sequence's context is split at multiples of this, whatever the batch
 // (batch invariance: a sequence's output never depends on the other sequences of the step).
 constexpr int64_t kPartitionKeys = 512;
-constexpr int64_t kPrefetchKeys = 32;       // AVX-512 path: software prefetch distance in keys
 
 // exp(s[j] - m) into s[j] for j < n (s has room for n rounded up to 8); returns their sum.
 inline float exp_shift_sum(float* s, int64_t n, float m) {
@@ -242,8 +241,10 @@ void run_decode_item(const AttnArgs& a, const DecodeItem& it, DecodeScratch& sc)
 // row ([Hkv, D] bf16) is read in address order (walking one kv head over many rows at a 2 KiB
 // stride, as the AVX2 path does, streams from memory at about half the rate), and the 16 dot
 // products are reduced together by a transposed reduction into one vector. The online softmax
-// is vectorized over those lanes; P.V then runs kv head by kv head over the chunk's value rows
-// (just prefetched) with the G query heads' accumulators in registers.
+// is vectorized over those lanes; P.V then reads the chunk's value rows whole, in address order
+// too (pv_rows). Both streams are left to the hardware prefetcher: on Zen 4, reading a row a
+// kv head at a time (256 bytes at a 2 KiB stride) streamed at 10-11 GB/s per core, whole rows
+// in order at 16-17, and software prefetch made the in-order streams slower (13 GB/s).
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")
 // GCC 12 flags the _mm512_undefined_* pass-through inside unmasked intrinsics.
@@ -382,11 +383,44 @@ inline void pv_head(float* acc, const float* corr, const float* p, const uint16_
   }
 }
 
+// acc_x = acc_x * corr_x + sum_j p_j[x] v_j[x / G] for every query head x (hq of them), the value
+// rows read whole and in address order (key by key, every kv head of a row in turn): the order
+// the hardware prefetcher streams at full rate. The accumulators ([hq][D] permuted, 8 KiB for
+// Qwen3) stay in L1 and are loaded and stored per key. Each element sees pv_head's operations in
+// pv_head's order, so both give the same bits. p: [hq / 16][kDecodeChunk][16].
+template <int G, int D>
+inline void pv_rows(float* acc, const float* corr, const float* p, const uint16_t* const* v,
+                    int64_t n, int64_t hkv) {
+  const int64_t hq = hkv * G;
+  for (int64_t x = 0; x < hq; ++x) {
+    const __m512 c = _mm512_set1_ps(corr[x]);
+    #pragma GCC unroll 16
+    for (int i = 0; i < D; i += 16)
+      _mm512_store_ps(acc + x * D + i, _mm512_mul_ps(_mm512_load_ps(acc + x * D + i), c));
+  }
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t h = 0; h < hkv; ++h) {
+      __m512 vv[D / 16];
+      #pragma GCC unroll 16
+      for (int w = 0; w < D / 16; w += 2) load_bf16_pairs(v[j] + h * D + 16 * w, vv[w], vv[w + 1]);
+      #pragma GCC unroll 16
+      for (int r = 0; r < G; ++r) {
+        const int64_t x = h * G + r;
+        const __m512 pr = _mm512_set1_ps(p[((x / 16) * kDecodeChunk + j) * 16 + x % 16]);
+        float* o = acc + x * D;
+        #pragma GCC unroll 16
+        for (int w = 0; w < D / 16; ++w)
+          _mm512_store_ps(o + 16 * w, _mm512_fmadd_ps(pr, vv[w], _mm512_load_ps(o + 16 * w)));
+      }
+    }
+}
+
 // Softmax states of every query head of item.seq over keys [k0, k1) (hq = Hkv * G, a multiple
 // of 16): m, l: [hq]; acc, qp: [hq][D] in the permuted layout, 64-byte aligned (qp filled here).
 // Per chunk of keys: scores key by key, each key's K row read in address order for all query
-// heads; a vectorized online softmax over the lanes; then P.V kv head by kv head with the
-// accumulators of its G query heads in registers, from the chunk's V rows.
+// heads; a vectorized online softmax over the lanes; then P.V over the chunk's V rows in address
+// order (a bf16 cache, from memory), or kv head by kv head with the accumulators of its G query
+// heads in registers (an fp8 cache's rows, converted into the stage: already in L1).
 template <int G, int D>
 void decode_partition512(const AttnArgs& a, const DecodeItem& it, float* m, float* l, float* acc,
                          float* qp, uint16_t* stage) {
@@ -411,21 +445,6 @@ void decode_partition512(const AttnArgs& a, const DecodeItem& it, float* m, floa
     sall = heap.data() + (16 - (reinterpret_cast<uintptr_t>(heap.data()) / 4) % 16) % 16;
     corr = sall + blocks * kDecodeChunk * 16;
   }
-  // Software prefetch of whole token rows (every kv head, K and V) kPrefetchKeys keys ahead, in
-  // address order, one key per key computed.
-  const int64_t row_bytes = hkv * d * a.elem_bytes;
-  auto prefetch = [&](int64_t key) {
-    if (key >= it.k1) return;
-    const int64_t block = table[key / a.block_size];
-    if (block < 0 || block >= a.num_blocks) return;  // checked when the key is reached
-    const int64_t off = (block * a.block_size + key % a.block_size) * hkv * d;
-    const char* kp = a.k_bytes + off * a.elem_bytes;
-    const char* vp = a.v_bytes + off * a.elem_bytes;
-    for (int64_t o = 0; o < row_bytes; o += 64) _mm_prefetch(kp + o, _MM_HINT_T1);
-    for (int64_t o = 0; o < row_bytes; o += 64) _mm_prefetch(vp + o, _MM_HINT_T1);
-  };
-  // The first kPrefetchKeys keys now; key c0 + j + kPrefetchKeys as key c0 + j is scored.
-  for (int64_t key = it.k0; key < it.k0 + kPrefetchKeys; ++key) prefetch(key);
   const uint16_t* kbase[kDecodeChunk];  // each key's token row [Hkv, D], bf16
   const uint16_t* vbase[kDecodeChunk];
   const uint16_t* vrow[kDecodeChunk];
@@ -448,7 +467,6 @@ void decode_partition512(const AttnArgs& a, const DecodeItem& it, float* m, floa
       }
     }
     for (int64_t j = 0; j < n; ++j) {
-      prefetch(c0 + j + kPrefetchKeys);
       for (int64_t b = 0; b < blocks; ++b)
         _mm512_store_ps(sall + (b * kDecodeChunk + j) * 16,
                         _mm512_mul_ps(score_key<G, D>(qp + b * 16 * d,
@@ -472,7 +490,11 @@ void decode_partition512(const AttnArgs& a, const DecodeItem& it, float* m, floa
       _mm512_store_ps(l + b * 16, lv);
       _mm512_store_ps(corr + b * 16, c);
     }
-    for (int64_t h = 0; h < hkv; ++h) {
+    if (!a.k_fp8) {  // from memory: whole rows in address order
+      pv_rows<G, D>(acc, corr, sall, vbase, n, hkv);
+      continue;
+    }
+    for (int64_t h = 0; h < hkv; ++h) {  // from the stage (in L1): kv head by kv head
       for (int64_t j = 0; j < n; ++j) vrow[j] = vbase[j] + h * d;
       const int64_t qh = h * G;
       pv_head<G, D>(acc + qh * d, corr + qh, sall + (qh / 16) * kDecodeChunk * 16 + qh % 16, vrow,
