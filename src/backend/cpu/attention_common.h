@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -127,20 +128,17 @@ inline void fp8_row_to_bf16(uint16_t* dst, const uint8_t* src, int64_t n) {  // 
   for (; i < n; i += 8) vec::store_bf16(dst + i, fp8x8_to_f32(src + i));
 }
 
-// One key's token row ([Hkv, D]) of K and of V, as bf16: straight from a bf16 cache, or converted
-// from an fp8 cache into stage_k / stage_v (each [Hkv * D]). `row`: token_row()'s offset.
-inline void kv_row_bf16(const AttnArgs& a, int64_t row, uint16_t* stage_k, uint16_t* stage_v,
-                        const uint16_t*& k, const uint16_t*& v) {
+// One key's token row ([Hkv, D]) of K and of V into stage_k / stage_v (each [Hkv * D] bf16):
+// copied from a bf16 cache, or converted from an fp8 one. `row`: token_row()'s offset.
+inline void stage_kv_row(const AttnArgs& a, int64_t row, uint16_t* stage_k, uint16_t* stage_v) {
+  const int64_t n = a.num_kv_heads * a.head_dim;
   if (a.k_fp8 == nullptr) {
-    k = a.k_cache + row;
-    v = a.v_cache + row;
+    std::memcpy(stage_k, a.k_cache + row, size_t(n) * sizeof(uint16_t));
+    std::memcpy(stage_v, a.v_cache + row, size_t(n) * sizeof(uint16_t));
     return;
   }
-  const int64_t n = a.num_kv_heads * a.head_dim;
   fp8_row_to_bf16(stage_k, a.k_fp8 + row, n);
   fp8_row_to_bf16(stage_v, a.v_fp8 + row, n);
-  k = stage_k;
-  v = stage_v;
 }
 
 // Shared by both prefill kernels (attention_prefill.cpp, attention_prefill_bf16.cpp): an item's

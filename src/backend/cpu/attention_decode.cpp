@@ -4,7 +4,9 @@
 //
 // One work item = (sequence, partition of its context), all kv heads: the keys of a partition
 // are walked in chunks of kDecodeChunk token rows, each row holding every kv head contiguously
-// ([Hkv, D] bf16), so the cache is streamed in address order and prefetched a chunk ahead. Each
+// ([Hkv, D] bf16), so the cache is read whole rows in address order, the one order the hardware
+// prefetcher streams at full rate (software prefetch measured slower). The AVX2 path copies (or
+// converts) a chunk's rows into the stage that way, then reads the stage kv head by kv head. Each
 // query head keeps an online softmax state; a sequence whose context is longer than
 // kPartitionKeys is split into partitions (so that long contexts use every thread) that write
 // partial states merged in partition order afterwards. GQA groups above 8 go to the prefill kernel instead.
@@ -139,13 +141,13 @@ inline void decode_head_chunk(const AttnArgs& a, const float* const* q, const ui
   for (; i < d; i += 8) pv_block.template operator()<1>(i);
 }
 
-// Per-thread buffers: f = softmax states (and the partial copied out); stage = an fp8 chunk's K
-// rows then V rows as bf16, [2][kDecodeChunk][Hkv * D] (empty for a bf16 cache).
+// Per-thread buffers: f = softmax states (and the partial copied out); stage = a chunk's K rows
+// then V rows as bf16, [2][kDecodeChunk][Hkv * D] (the AVX-512 path needs it for fp8 only).
 struct DecodeScratch {
   std::vector<float> f;
   std::vector<uint16_t> stage;
-  uint16_t* stage_for(const AttnArgs& a) {
-    if (a.k_fp8 == nullptr) return nullptr;
+  uint16_t* stage_for(const AttnArgs& a, bool bf16_too) {
+    if (a.k_fp8 == nullptr && !bf16_too) return nullptr;
     stage.resize(size_t(2 * kDecodeChunk * a.num_kv_heads * a.head_dim));
     return stage.data();
   }
@@ -169,19 +171,6 @@ void decode_partition(const AttnArgs& a, const DecodeItem& it, float* m, float* 
     l[h] = 0.0f;
   }
   std::fill(acc, acc + hq * d, 0.0f);
-  const int64_t row_bytes = hkv * d * a.elem_bytes;
-  auto prefetch_row = [&](int64_t key) {
-    const int64_t block = table[key / a.block_size];
-    if (block < 0 || block >= a.num_blocks) return;  // checked when the key is reached
-    const int64_t off = (block * a.block_size + key % a.block_size) * hkv * d;
-    const char* kp = a.k_bytes + off * a.elem_bytes;
-    const char* vp = a.v_bytes + off * a.elem_bytes;
-    for (int64_t b = 0; b < row_bytes; b += 64) {
-      _mm_prefetch(kp + b, _MM_HINT_T1);
-      _mm_prefetch(vp + b, _MM_HINT_T1);
-    }
-  };
-  for (int64_t key = it.k0; key < std::min(it.k0 + kDecodeChunk, it.k1); ++key) prefetch_row(key);
   const uint16_t* kbase[kDecodeChunk];  // each key's token row [Hkv, D], bf16
   const uint16_t* vbase[kDecodeChunk];
   const uint16_t* krow[kDecodeChunk];
@@ -189,12 +178,13 @@ void decode_partition(const AttnArgs& a, const DecodeItem& it, float* m, float* 
   const float* q[G];
   for (int64_t c0 = it.k0; c0 < it.k1; c0 += kDecodeChunk) {
     const int64_t n = std::min(kDecodeChunk, it.k1 - c0);
-    for (int64_t j = 0; j < n; ++j)
-      kv_row_bf16(a, token_row(a, table, c0 + j), stage + j * hkv * d,
-                  stage + (kDecodeChunk + j) * hkv * d, kbase[j], vbase[j]);
-    // The next chunk's token rows (every kv head) stream in while this one is computed.
-    for (int64_t key = c0 + kDecodeChunk; key < std::min(c0 + 2 * kDecodeChunk, it.k1); ++key)
-      prefetch_row(key);
+    for (int64_t j = 0; j < n; ++j) {
+      uint16_t* sk = stage + j * hkv * d;
+      uint16_t* sv = stage + (kDecodeChunk + j) * hkv * d;
+      stage_kv_row(a, token_row(a, table, c0 + j), sk, sv);
+      kbase[j] = sk;
+      vbase[j] = sv;
+    }
     for (int64_t h = 0; h < hkv; ++h) {
       for (int64_t j = 0; j < n; ++j) {
         krow[j] = kbase[j] + h * d;
@@ -215,7 +205,7 @@ void run_decode_item(const AttnArgs& a, const DecodeItem& it, DecodeScratch& sc)
   float* m = scratch.data();
   float* l = m + hq;
   float* acc = l + hq;
-  decode_partition<G>(a, it, m, l, acc, sc.stage_for(a));
+  decode_partition<G>(a, it, m, l, acc, sc.stage_for(a, true));
   if (it.partial) {
     std::copy(scratch.begin(), scratch.end(), it.partial);
     return;
@@ -513,7 +503,7 @@ void run_decode_item512(const AttnArgs& a, const DecodeItem& it, DecodeScratch& 
   float* acc = l + hp;  // hp is a multiple of 16: acc and qp stay 64-byte aligned
   float* qp = acc + hp * d;
   float* tmp = qp + hp * d;
-  decode_partition512<G, D>(a, it, m, l, acc, qp, sc.stage_for(a));
+  decode_partition512<G, D>(a, it, m, l, acc, qp, sc.stage_for(a, false));
   if (it.partial) {
     std::copy(m, m + hq, it.partial);
     std::copy(l, l + hq, it.partial + hq);
