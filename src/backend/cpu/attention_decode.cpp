@@ -228,13 +228,12 @@ void run_decode_item(const AttnArgs& a, const DecodeItem& it, DecodeScratch& sc)
 // block of a head, its 16 even elements, then its 16 odd ones (permute_head / unpermute_head).
 //
 // Scores are computed key by key for 16 query heads at once (one lane each): the key's token
-// row ([Hkv, D] bf16) is read in address order (walking one kv head over many rows at a 2 KiB
-// stride, as the AVX2 path does, streams from memory at about half the rate), and the 16 dot
-// products are reduced together by a transposed reduction into one vector. The online softmax
-// is vectorized over those lanes; P.V then reads the chunk's value rows whole, in address order
-// too (pv_rows). Both streams are left to the hardware prefetcher: on Zen 4, reading a row a
-// kv head at a time (256 bytes at a 2 KiB stride) streamed at 10-11 GB/s per core, whole rows
-// in order at 16-17, and software prefetch made the in-order streams slower (13 GB/s).
+// row ([Hkv, D] bf16) is read in address order, and the 16 dot products are reduced together
+// by a transposed reduction into one vector. The online softmax is vectorized over those lanes;
+// P.V then reads the chunk's value rows whole, in address order too (pv_rows). Both streams are
+// left to the hardware prefetcher: on Zen 4, reading a row a kv head at a time (256 bytes at a
+// 2 KiB stride) streamed at 10-11 GB/s per core, whole rows in order at 16-17, and software
+// prefetch made the in-order streams slower (13 GB/s).
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")
 // GCC 12 flags the _mm512_undefined_* pass-through inside unmasked intrinsics.
