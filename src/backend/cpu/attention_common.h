@@ -40,7 +40,7 @@ struct AttnArgs {
   const uint16_t* v_cache;
   const uint8_t* k_fp8;     // [num_blocks, block_size, Hkv, D] E4M3 codes (nullptr for bf16)
   const uint8_t* v_fp8;
-  const char* k_bytes;      // whichever of the two is set, for prefetching
+  const char* k_bytes;      // whichever of the two is set, for prefetching (prefill)
   const char* v_bytes;
   int64_t elem_bytes;       // 2 (bf16) or 1 (fp8)
   float out_scale;          // multiplies the output: v_scale for fp8, 1 for bf16

@@ -171,24 +171,20 @@ void decode_partition(const AttnArgs& a, const DecodeItem& it, float* m, float* 
     l[h] = 0.0f;
   }
   std::fill(acc, acc + hq * d, 0.0f);
-  const uint16_t* kbase[kDecodeChunk];  // each key's token row [Hkv, D], bf16
-  const uint16_t* vbase[kDecodeChunk];
+  const int64_t row = hkv * d;            // one key's token row [Hkv, D] in the stage
+  const uint16_t* vstage = stage + kDecodeChunk * row;
   const uint16_t* krow[kDecodeChunk];
   const uint16_t* vrow[kDecodeChunk];
   const float* q[G];
   for (int64_t c0 = it.k0; c0 < it.k1; c0 += kDecodeChunk) {
     const int64_t n = std::min(kDecodeChunk, it.k1 - c0);
-    for (int64_t j = 0; j < n; ++j) {
-      uint16_t* sk = stage + j * hkv * d;
-      uint16_t* sv = stage + (kDecodeChunk + j) * hkv * d;
-      stage_kv_row(a, token_row(a, table, c0 + j), sk, sv);
-      kbase[j] = sk;
-      vbase[j] = sv;
-    }
+    for (int64_t j = 0; j < n; ++j)
+      stage_kv_row(a, token_row(a, table, c0 + j), stage + j * row,
+                   stage + (kDecodeChunk + j) * row);
     for (int64_t h = 0; h < hkv; ++h) {
       for (int64_t j = 0; j < n; ++j) {
-        krow[j] = kbase[j] + h * d;
-        vrow[j] = vbase[j] + h * d;
+        krow[j] = stage + j * row + h * d;
+        vrow[j] = vstage + j * row + h * d;
       }
       #pragma GCC unroll 16
       for (int r = 0; r < G; ++r) q[r] = a.q + it.seq * a.q_stride + (h * G + r) * a.q_head_stride;
