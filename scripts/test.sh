@@ -6,7 +6,8 @@
 #      machine run those);
 #   3. the ops and model labels again with NANOVLLM_CPU_ISA=avx2, so that the AVX2 kernels are
 #      tested on an AVX-512 machine too;
-#   4. the unit label under ASan/UBSan;
+#   4. the unit label and the op-level cuda_emu tests (the CUDA kernels on the emulator) under
+#      ASan/UBSan;
 #   5. every libFuzzer target (scripts/fuzz.sh) for FUZZ_SECONDS (default 30) seconds each.
 # Fails if any test fails or is skipped (CTest's "***Skipped" / "Not Run").
 set -euo pipefail
