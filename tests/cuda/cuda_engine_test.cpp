@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <random>
 
+#include "cuda/reference_tokens.h"
 #include "engine/llm_engine.h"
 #include "model/model_fixture.h"
 #include "nanovllm/llm.h"
@@ -59,31 +60,6 @@ SamplingParams greedy_params(int max_tokens) {
   return sp;
 }
 
-// Every prompt matches the reference's greedy tokens in full or first differs where the
-// reference's own top-2 gap is below `tie` of the largest |logit|; at least min_identical match.
-void expect_reference_tokens(const Prompts& got, const Prompts& prompts,
-                             const ref::ReferenceModel& reference, int n, double tie,
-                             size_t min_identical, const char* what) {
-  ASSERT_EQ(got.size(), prompts.size());
-  size_t identical = 0;
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    std::vector<double> gaps;
-    std::vector<int32_t> want = reference.greedy(prompts[i], n, &gaps);
-    ASSERT_EQ(got[i].size(), want.size()) << what;
-    size_t first = 0;
-    while (first < want.size() && got[i][first] == want[first]) ++first;
-    if (first == want.size()) {
-      ++identical;
-    } else {
-      EXPECT_LT(gaps[first], tie) << what << ": prompt " << i << " differs at step " << first
-                                  << " where the reference has no tie";
-    }
-  }
-  EXPECT_GE(identical, min_identical) << what << ": of " << prompts.size() << " prompts";
-  std::printf("%s: %zu of %zu prompts identical for %d greedy tokens\n", what, identical,
-              prompts.size(), n);
-}
-
 // Four 40-token prompts sharing a 32-token prefix (two 16-token blocks), then `more`.
 Prompts shared_prefix_prompts(int vocab, const Prompts& more) {
   Prompts prompts = random_prompts(4, vocab, 40, 40, 3);
@@ -115,8 +91,8 @@ TEST_P(CudaEngine, GreedyTokensMatchReference) {
   const std::string model = test::tiny_model(GetParam());
   ref::ReferenceModel reference(model, ref::Precision::kBf16Storage);
   const Prompts prompts = random_prompts(12, reference.config().vocab_size, 1, 48, 11);
-  expect_reference_tokens(generate(cuda_config(model), prompts, greedy_params(32)), prompts,
-                          reference, 32, 3e-2, 8, "cuda greedy");
+  test::expect_reference_tokens(generate(cuda_config(model), prompts, greedy_params(32)), prompts,
+                                reference, 32, 3e-2, 8, "cuda greedy");
 }
 
 // Graphs on vs off: the same tokens, greedy and seeded sampling (decode batches padded to a
@@ -149,16 +125,16 @@ TEST_P(CudaEngine, PrefixCachePreemptionChunkedPrefill) {
   small.max_model_len = 12 * 16 + 1;  // what 12 blocks hold (a longer one is refused)
   chunked.max_num_batched_tokens = 32;
   const SamplingParams sp = greedy_params(24);
-  expect_reference_tokens(generate(base, prompts, sp), prompts, reference, 24, 3e-2, 6,
-                          "prefix cache on");
-  expect_reference_tokens(generate(off, prompts, sp), prompts, reference, 24, 3e-2, 6,
-                          "prefix cache off");
+  test::expect_reference_tokens(generate(base, prompts, sp), prompts, reference, 24, 3e-2, 6,
+                                "prefix cache on");
+  test::expect_reference_tokens(generate(off, prompts, sp), prompts, reference, 24, 3e-2, 6,
+                                "prefix cache off");
   int64_t preemptions = 0;
-  expect_reference_tokens(generate(small, prompts, sp, &preemptions), prompts, reference, 24, 3e-2,
-                          6, "preemption");
+  test::expect_reference_tokens(generate(small, prompts, sp, &preemptions), prompts, reference, 24,
+                                3e-2, 6, "preemption");
   EXPECT_GT(preemptions, 0) << "12 blocks should have forced a preemption";
-  expect_reference_tokens(generate(chunked, prompts, sp), prompts, reference, 24, 3e-2, 6,
-                          "chunked prefill");
+  test::expect_reference_tokens(generate(chunked, prompts, sp), prompts, reference, 24, 3e-2, 6,
+                                "chunked prefill");
 }
 
 Config fp8(Config c) {
@@ -182,16 +158,16 @@ TEST_P(CudaEngine, Fp8KvMatchesFp8ReferenceWithEveryFeature) {
   chunked.max_num_batched_tokens = 32;
   const SamplingParams sp = greedy_params(24);
   const Prompts with_graphs = generate(base, prompts, sp);
-  expect_reference_tokens(with_graphs, prompts, reference, 24, 3e-2, 8, "fp8 KV, graphs");
+  test::expect_reference_tokens(with_graphs, prompts, reference, 24, 3e-2, 8, "fp8 KV, graphs");
   EXPECT_EQ(generate(eager, prompts, sp), with_graphs) << "fp8 KV: graphs on vs off";
-  expect_reference_tokens(generate(off, prompts, sp), prompts, reference, 24, 3e-2, 8,
-                          "fp8 KV, prefix cache off");
+  test::expect_reference_tokens(generate(off, prompts, sp), prompts, reference, 24, 3e-2, 8,
+                                "fp8 KV, prefix cache off");
   int64_t preemptions = 0;
-  expect_reference_tokens(generate(small, prompts, sp, &preemptions), prompts, reference, 24, 3e-2,
-                          8, "fp8 KV, preemption");
+  test::expect_reference_tokens(generate(small, prompts, sp, &preemptions), prompts, reference, 24,
+                                3e-2, 8, "fp8 KV, preemption");
   EXPECT_GT(preemptions, 0) << "12 fp8 blocks should have forced a preemption";
-  expect_reference_tokens(generate(chunked, prompts, sp), prompts, reference, 24, 3e-2, 8,
-                          "fp8 KV, chunked prefill");
+  test::expect_reference_tokens(generate(chunked, prompts, sp), prompts, reference, 24, 3e-2, 8,
+                                "fp8 KV, chunked prefill");
 }
 
 // fp8 against bf16 on the GPU: the largest last-token logit difference and the greedy agreement

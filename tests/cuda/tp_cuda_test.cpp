@@ -1,16 +1,22 @@
-// Tensor parallelism on CUDA ranks (label cuda: needs a GPU). NCCL at world size 1 on the
-// backend's stream, set as the engine's communicator: every all-reduce runs through NCCL, and
-// greedy outputs equal those without a communicator. With two or more GPUs: TP = 2 (a rank per
-// GPU, threads + NCCL) equals TP = 1, prefix cache included.
-#include <gtest/gtest.h>
+// Tensor parallelism on CUDA ranks (label cuda: needs a GPU; label cuda_emu: two emulated GPUs).
+// NCCL at world size 1 on the backend's stream, set as the engine's communicator: every
+// all-reduce runs through NCCL, and greedy outputs equal those without a communicator. With two
+// or more GPUs: TP = 2 (a rank per GPU, threads + NCCL) gives the reference's greedy tokens, as
+// one GPU does, prefix cache included. Not TP = 1's tokens bit for bit: the row-parallel layers'
+// partial sums are bf16 activations, rounded on each rank before the all-reduce adds them (as in
+// vLLM), so a random-weight model's near-ties can go the other way (the CPU, with f32
+// activations and K summed in fixed chunks, is TP-invariant bit for bit).
 #include <cuda_runtime.h>
+#include <gtest/gtest.h>
 
 #include <random>
 
+#include "cuda/reference_tokens.h"
 #include "distributed/nccl_communicator.h"
 #include "engine/llm_engine.h"
 #include "model/model_fixture.h"
 #include "nanovllm/llm.h"
+#include "reference/reference_model.h"
 
 namespace nanovllm {
 namespace {
@@ -51,7 +57,8 @@ Config cuda_config(const std::string& model) {
 }
 
 TEST(CudaTensorParallel, NcclWorldOneEqualsNoCommunicator) {
-  ASSERT_TRUE(nccl_built()) << "built without NCCL: install it with the CUDA toolkit and configure again";
+  ASSERT_TRUE(nccl_built())
+      << "built without NCCL: install it with the CUDA toolkit and configure again";
   const std::string model = test::tiny_model("tiny");
   LLM llm(cuda_config(model));
   const Prompts prompts = prompts_for(test::vocab_size(model));
@@ -65,17 +72,20 @@ TEST(CudaTensorParallel, NcclWorldOneEqualsNoCommunicator) {
   EXPECT_EQ(with_nccl, plain);
 }
 
-TEST(CudaTensorParallel, TwoGpusEqualOne) {
+TEST(CudaTensorParallel, TwoGpusGiveTheReferenceTokens) {
   int gpus = 0;
   ASSERT_EQ(cudaGetDeviceCount(&gpus), cudaSuccess);
   if (gpus < 2) GTEST_SKIP() << "needs 2 GPUs, this machine has " << gpus;
   for (std::string preset : {"tiny", "tiny-qwen2"}) {
     const std::string model = test::tiny_model(preset);
+    ref::ReferenceModel reference(model, ref::Precision::kBf16Storage);
     const Prompts prompts = prompts_for(test::vocab_size(model));
-    Config one = cuda_config(model), two = cuda_config(model);
+    Config two = cuda_config(model);
     two.tensor_parallel_size = 2;
-    LLM a(one), b(two);
-    EXPECT_EQ(greedy_ids(b, prompts), greedy_ids(a, prompts)) << preset;
+    LLM b(two);
+    const std::string what = "cuda tp=2 greedy (" + preset + ")";
+    test::expect_reference_tokens(greedy_ids(b, prompts), prompts, reference, 16, 3e-2,
+                                  prompts.size() - 2, what.c_str());
   }
 }
 

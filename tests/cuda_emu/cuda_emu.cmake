@@ -6,7 +6,7 @@ set(NANOVLLM_EMU_GEN ${CMAKE_CURRENT_BINARY_DIR}/generated/cuda_emu)
 file(GLOB NANOVLLM_EMU_CU CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/src/backend/cuda/*.cu)
 file(GLOB NANOVLLM_EMU_HOST CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/src/backend/cuda/*.cpp)
 set(NANOVLLM_EMU_SOURCES ${NANOVLLM_EMU_HOST} ${NANOVLLM_EMU_DIR}/emu_runtime.cpp
-  ${NANOVLLM_EMU_DIR}/emu_cublaslt.cpp)
+  ${NANOVLLM_EMU_DIR}/emu_cublaslt.cpp ${NANOVLLM_EMU_DIR}/emu_nccl.cpp)
 foreach(cu ${NANOVLLM_EMU_CU})
   get_filename_component(stem ${cu} NAME_WE)
   set(out ${NANOVLLM_EMU_GEN}/${stem}.cpp)
@@ -26,11 +26,13 @@ target_compile_options(nanovllm_cuda_emu PRIVATE -ffp-contract=off -fno-strict-a
   -Wno-unknown-pragmas)
 target_link_libraries(nanovllm_cuda_emu PUBLIC nanovllm_test_support)
 
+# Each executable links, as objects ahead of libnanovllm.a, the registry and NCCL communicator
+# built on the emulator (emu_registry.cpp, emu_nccl_communicator.cpp).
 file(GLOB NANOVLLM_EMU_TESTS CONFIGURE_DEPENDS tests/cuda/*_test.cpp)
-list(FILTER NANOVLLM_EMU_TESTS EXCLUDE REGEX "tp_cuda_test")  # NCCL: not emulated
 foreach(src ${NANOVLLM_EMU_TESTS})
   get_filename_component(name ${src} NAME_WE)
-  add_executable(emu_${name} ${src} ${NANOVLLM_EMU_DIR}/emu_registry.cpp)
+  add_executable(emu_${name} ${src} ${NANOVLLM_EMU_DIR}/emu_registry.cpp
+    ${NANOVLLM_EMU_DIR}/emu_nccl_communicator.cpp)
   target_include_directories(emu_${name} PRIVATE tests)
   target_compile_options(emu_${name} PRIVATE -Wno-unknown-pragmas)
   target_link_libraries(emu_${name} PRIVATE nanovllm_cuda_emu nanovllm_test_support

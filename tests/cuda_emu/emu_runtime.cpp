@@ -1,8 +1,9 @@
 // The CUDA emulator's runtime (see include/nanovllm_cuda_emu.h): the device's memory, streams
 // and graphs, launch validation, and the CTA executor that runs a block's threads as fibers.
 //
-// One emulated device (index 0). Its state (allocations, function attributes) is a
-// function-local static guarded by a mutex, as a driver's is; the current CTA is per OS thread.
+// The emulated devices (NANOVLLM_CUDA_EMU_DEVICES, default 2, one memory pool): their state
+// (allocations, function attributes) is a function-local static guarded by a mutex, as a
+// driver's is; the current device and the current CTA are per OS thread.
 #include <sys/mman.h>
 
 #include <cstdio>
@@ -84,6 +85,7 @@ struct Device {
   size_t used = 0;
   size_t total = env_size("NANOVLLM_CUDA_EMU_MEMORY_MB", 2048) << 20;
   int sms = int(env_size("NANOVLLM_CUDA_EMU_SMS", 8));
+  int devices = int(env_size("NANOVLLM_CUDA_EMU_DEVICES", 2));  // sharing one memory pool
   std::map<const void*, int> max_dynamic_smem;  // cudaFuncAttributeMaxDynamicSharedMemorySize
 };
 
@@ -522,11 +524,11 @@ void submit_grid(const LaunchConfig& cfg, std::function<void()> body) {
 // ---- runtime API ----
 
 cudaError_t cudaGetDeviceCount(int* count) {
-  *count = 1;
+  *count = device().devices;
   return cudaSuccess;
 }
 cudaError_t cudaSetDevice(int dev) {
-  if (dev != 0) return set_error(cudaErrorInvalidDevice);
+  if (dev < 0 || dev >= device().devices) return set_error(cudaErrorInvalidDevice);
   tl_device = dev;
   return cudaSuccess;
 }
@@ -535,7 +537,7 @@ cudaError_t cudaGetDevice(int* dev) {
   return cudaSuccess;
 }
 cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int dev) {
-  if (dev != 0) return set_error(cudaErrorInvalidDevice);
+  if (dev < 0 || dev >= device().devices) return set_error(cudaErrorInvalidDevice);
   *prop = cudaDeviceProp{};
   std::snprintf(prop->name, sizeof prop->name, "nanovllm CUDA emulator");
   prop->totalGlobalMem = device().total;

@@ -16,6 +16,7 @@
 //     when the graph is launched; synchronizing or allocating during a capture is an error;
 //   - cuBLASLt is a plain fp32-accumulating matmul over the descriptors it was given (layouts,
 //     transposes and types checked).
+// <nccl.h> is emulated too (include/nccl.h, emu_nccl.cpp), for ranks that are threads.
 // What it cannot show: speed, the GPU's memory model between CTAs (they run one after another),
 // the last bits of fast-math intrinsics, and cuBLASLt's own kernels.
 //
@@ -388,3 +389,9 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
                               size_t workspace_bytes, cudaStream_t stream);
 
 }  // namespace nanovllm::cuda_emu
+
+// The communicators (src/distributed) and some tests call the runtime from namespace nanovllm,
+// where the real headers' names are global.
+namespace nanovllm {
+using namespace ::nanovllm::cuda_emu;  // NOLINT(google-build-using-namespace)
+}  // namespace nanovllm
