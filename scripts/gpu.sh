@@ -57,7 +57,7 @@ phase_build() {
   cmake -S . -B build/gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DNANOVLLM_CUDA=ON \
     -DCMAKE_CUDA_ARCHITECTURES="$arch" -DNANOVLLM_BENCH=ON -DNANOVLLM_PYTHON=OFF \
     "${nccl_flags[@]}" > "$out/configure.log" 2>&1 || { note build FAIL "configure: see configure.log"; tail -30 "$out/configure.log"; exit 1; }
-  if cmake --build build/gpu -j "$(nproc)" --target nanovllm_cli cuda_ops_test cuda_attention_test tp_cuda_test \
+  if cmake --build build/gpu -j "$(nproc)" --target nanovllm_cli cuda_ops_test cuda_attention_test tp_cuda_test nccl_collectives_test \
       cuda_engine_test cuda_math_test bench_cuda > "$out/build.log" 2>&1; then
     note build ok "sm_$arch, $((SECONDS - t0)) s"
   else
@@ -68,7 +68,7 @@ phase_build() {
 }
 
 phase_test() {
-  if ctest --test-dir build/gpu -L cuda -V --timeout 600 > "$out/ctest.log" 2>&1; then
+  if ctest --test-dir build/gpu -L '^cuda$' -V --timeout 600 > "$out/ctest.log" 2>&1; then
     note "ctest -L cuda" ok "$(grep -Eo '[0-9]+ tests? failed out of [0-9]+|100% tests passed.*' "$out/ctest.log" | tail -1)"
   else
     note "ctest -L cuda" FAIL "$(grep -Eo '[0-9]+% tests passed, [0-9]+ tests failed out of [0-9]+' "$out/ctest.log" | tail -1)"

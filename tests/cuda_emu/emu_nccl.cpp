@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -178,24 +179,18 @@ struct Clique {
   bool aborted = false;
   std::vector<std::vector<Op>> pending;  // this round's operations, per rank
 
-  // Carries out every rank's operations of this round (called by the last rank to arrive).
+  // Carries out every rank's collectives of this round (called by the last rank to arrive).
   void execute() {
-    std::vector<std::vector<const Op*>> coll;
-    coll.resize(static_cast<size_t>(nranks));
-    for (int r = 0; r < nranks; ++r)
-      for (const Op& op : pending[size_t(r)])
-        if (op.kind != Kind::Send && op.kind != Kind::Recv) coll[size_t(r)].push_back(&op);
     for (int r = 1; r < nranks; ++r)
-      if (coll[size_t(r)].size() != coll[0].size())
+      if (pending[size_t(r)].size() != pending[0].size())
         die("ranks 0 and " + std::to_string(r) + " issued different numbers of collectives (" +
-            std::to_string(coll[0].size()) + " and " + std::to_string(coll[size_t(r)].size()) +
-            ") in one call or group");
-    for (size_t i = 0; i < coll[0].size(); ++i) {
+            std::to_string(pending[0].size()) + " and " +
+            std::to_string(pending[size_t(r)].size()) + ") in one call or group");
+    for (size_t i = 0; i < pending[0].size(); ++i) {
       std::vector<const Op*> ops;
-      for (int r = 0; r < nranks; ++r) ops.push_back(coll[size_t(r)][i]);
+      for (int r = 0; r < nranks; ++r) ops.push_back(&pending[size_t(r)][i]);
       collective(ops);
     }
-    point_to_point();
   }
 
   void collective(const std::vector<const Op*>& ops) {
@@ -256,31 +251,9 @@ struct Clique {
     }
   }
 
-  // The k-th send from s to d meets the k-th receive on d from s.
-  void point_to_point() {
-    for (int s = 0; s < nranks; ++s) {
-      for (int d = 0; d < nranks; ++d) {
-        std::vector<const Op*> sends, recvs;
-        for (const Op& op : pending[size_t(s)])
-          if (op.kind == Kind::Send && op.peer == d) sends.push_back(&op);
-        for (const Op& op : pending[size_t(d)])
-          if (op.kind == Kind::Recv && op.peer == s) recvs.push_back(&op);
-        if (sends.size() != recvs.size())
-          die("rank " + std::to_string(s) + " sends " + std::to_string(sends.size()) +
-              " message(s) to rank " + std::to_string(d) + ", which receives " +
-              std::to_string(recvs.size()) + " in the same call or group");
-        for (size_t k = 0; k < sends.size(); ++k) {
-          const Op& a = *sends[k];
-          const Op& b = *recvs[k];
-          if (a.count * type_bytes(a.type) != b.count * type_bytes(b.type))
-            die("ncclSend of " + std::to_string(a.count) + " elements from rank " +
-                std::to_string(s) + " meets ncclRecv of " + std::to_string(b.count) + " on rank " +
-                std::to_string(d));
-          std::memmove(b.recv, a.send, a.count * type_bytes(a.type));
-        }
-      }
-    }
-  }
+  // Point to point: a send leaves its bytes in the (src, dst) channel at once (NCCL with enough
+  // buffering); a receive takes the channel's oldest message, waiting for it.
+  std::map<std::pair<int, int>, std::deque<std::vector<char>>> channels;
 };
 
 struct Registry {
@@ -312,15 +285,10 @@ thread_local std::vector<EmuNcclComm*> tl_group_comms;
 
 constexpr auto kRendezvousTimeout = std::chrono::seconds(120);
 
-// One rank's arrival with its operations; returns when the round is done (or aborted / timed
+// One rank's arrival with its collectives; returns when the round is done (or aborted / timed
 // out, which sets the communicator's asynchronous error as NCCL does).
-void rendezvous(EmuNcclComm* comm, std::vector<Op> ops) {
+void rendezvous(EmuNcclComm* comm, std::unique_lock<std::mutex>& lk, std::vector<Op> ops) {
   Clique& c = *comm->clique;
-  std::unique_lock lk(c.mu);
-  if (c.aborted) {
-    comm->async_error = ncclRemoteError;
-    return;
-  }
   c.pending[size_t(comm->rank)] = std::move(ops);
   const uint64_t my_round = c.round;
   if (++c.arrived == c.nranks) {
@@ -335,6 +303,47 @@ void rendezvous(EmuNcclComm* comm, std::vector<Op> ops) {
     comm->async_error = ncclSystemError;
   else if (c.round == my_round)
     comm->async_error = ncclRemoteError;
+}
+
+// One call's (or group's) operations of one rank: its sends, then its collectives (a
+// rendezvous of every rank), then its receives.
+void run_ops(EmuNcclComm* comm, std::vector<Op> ops) {
+  Clique& c = *comm->clique;
+  std::unique_lock lk(c.mu);
+  if (c.aborted) {
+    comm->async_error = ncclRemoteError;
+    return;
+  }
+  std::vector<Op> coll;
+  for (const Op& op : ops) {
+    if (op.kind == Kind::Send) {
+      const char* p = static_cast<const char*>(op.send);
+      c.channels[{comm->rank, op.peer}].emplace_back(p, p + op.count * type_bytes(op.type));
+    } else if (op.kind != Kind::Recv) {
+      coll.push_back(op);
+    }
+  }
+  c.cv.notify_all();
+  if (!coll.empty()) rendezvous(comm, lk, std::move(coll));
+  for (const Op& op : ops) {
+    if (op.kind != Kind::Recv || comm->async_error != ncclSuccess) continue;
+    auto& q = c.channels[{op.peer, comm->rank}];
+    if (!c.cv.wait_for(lk, kRendezvousTimeout, [&] { return !q.empty() || c.aborted; })) {
+      comm->async_error = ncclSystemError;
+      return;
+    }
+    if (q.empty()) {
+      comm->async_error = ncclRemoteError;
+      return;
+    }
+    const size_t bytes = op.count * type_bytes(op.type);
+    if (q.front().size() != bytes)
+      die("ncclRecv of " + std::to_string(bytes) + " bytes on rank " + std::to_string(comm->rank) +
+          " meets an ncclSend of " + std::to_string(q.front().size()) + " bytes from rank " +
+          std::to_string(op.peer));
+    std::memcpy(op.recv, q.front().data(), bytes);
+    q.pop_front();
+  }
 }
 
 ncclResult_t enqueue(EmuNcclComm* comm, const Op& op, cudaStream_t stream) {
@@ -359,7 +368,7 @@ ncclResult_t enqueue(EmuNcclComm* comm, const Op& op, cudaStream_t stream) {
     comm->group_ops.push_back(op);
     return ncclSuccess;
   }
-  emu::submit_op(stream, [comm, op]() { rendezvous(comm, {op}); });
+  emu::submit_op(stream, [comm, op]() { run_ops(comm, {op}); });
   return ncclSuccess;
 }
 
@@ -452,7 +461,7 @@ ncclResult_t ncclGroupEnd() {
     std::vector<Op> ops;
     ops.swap(comm->group_ops);
     emu::submit_op(comm->group_stream,
-                   [comm, ops = std::move(ops)]() mutable { rendezvous(comm, std::move(ops)); });
+                   [comm, ops = std::move(ops)]() mutable { run_ops(comm, std::move(ops)); });
   }
   return ncclSuccess;
 }

@@ -1,11 +1,11 @@
 #pragma once
 // Stands in for NCCL's nccl.h in the emulated build (nanovllm_cuda_emu.h; implementation in
-// emu_nccl.cpp): ranks are threads of this process on emulated devices. Each rank's operation
-// (or ncclGroupStart..ncclGroupEnd list) waits for the same call on every rank of the
-// communicator, then the last to arrive performs them all: collectives match by position,
-// send/recv by (peer, order); a mismatch (kind, count, type, root) is reported and aborts, where
-// NCCL would hang or corrupt memory. Reductions accumulate in fp32 (f64 for 64-bit types) in rank
-// order and round once.
+// emu_nccl.cpp): ranks are threads of this process on emulated devices. A rank's collectives of
+// one call (or ncclGroupStart..ncclGroupEnd) wait for the same call on every rank of the
+// communicator, and the last to arrive performs them all, matched by position; a mismatch (kind,
+// count, type, root) is reported and aborts, where NCCL would hang or corrupt memory. Sends are
+// buffered (their bytes leave at once); a receive waits for the oldest message from its peer and
+// must match its size. Reductions accumulate in double in rank order and round once.
 #include "nanovllm_cuda_emu.h"
 
 namespace nanovllm::cuda_emu {
