@@ -25,6 +25,11 @@ namespace {
   std::abort();
 }
 
+// memcpy that accepts empty (possibly null) ranges.
+void copy_bytes(void* dst, const void* src, size_t bytes) {
+  if (bytes) std::memcpy(dst, src, bytes);
+}
+
 enum class Kind { Send, Recv, Broadcast, Reduce, AllReduce, AllGather, ReduceScatter };
 
 const char* kind_name(Kind k) {
@@ -100,7 +105,7 @@ double load(const void* p, ncclDataType_t t, size_t i) {
     case ncclBfloat16: {
       const uint32_t u = uint32_t(static_cast<const uint16_t*>(p)[i]) << 16;
       float f;
-      std::memcpy(&f, &u, 4);
+      copy_bytes(&f, &u, 4);
       return f;
     }
   }
@@ -140,7 +145,7 @@ void store(void* p, ncclDataType_t t, size_t i, double v) {
     case ncclBfloat16: {
       const float f = float(v);
       uint32_t u;
-      std::memcpy(&u, &f, 4);
+      copy_bytes(&u, &f, 4);
       uint16_t h;
       if ((u & 0x7fffffffu) > 0x7f800000u) {
         h = uint16_t((u >> 16) | 0x40);
@@ -236,14 +241,14 @@ struct Clique {
       case Kind::Broadcast: {
         const std::vector<char> src(static_cast<const char*>(ops[size_t(a.peer)]->send),
                                     static_cast<const char*>(ops[size_t(a.peer)]->send) + n * es);
-        for (int r = 0; r < nranks; ++r) std::memcpy(ops[size_t(r)]->recv, src.data(), n * es);
+        for (int r = 0; r < nranks; ++r) copy_bytes(ops[size_t(r)]->recv, src.data(), n * es);
         break;
       }
       case Kind::AllGather: {
         std::vector<char> all(size_t(nranks) * n * es);
         for (int r = 0; r < nranks; ++r)
-          std::memcpy(all.data() + size_t(r) * n * es, ops[size_t(r)]->send, n * es);
-        for (int r = 0; r < nranks; ++r) std::memcpy(ops[size_t(r)]->recv, all.data(), all.size());
+          copy_bytes(all.data() + size_t(r) * n * es, ops[size_t(r)]->send, n * es);
+        for (int r = 0; r < nranks; ++r) copy_bytes(ops[size_t(r)]->recv, all.data(), all.size());
         break;
       }
       default:
@@ -341,7 +346,7 @@ void run_ops(EmuNcclComm* comm, std::vector<Op> ops) {
       die("ncclRecv of " + std::to_string(bytes) + " bytes on rank " + std::to_string(comm->rank) +
           " meets an ncclSend of " + std::to_string(q.front().size()) + " bytes from rank " +
           std::to_string(op.peer));
-    std::memcpy(op.recv, q.front().data(), bytes);
+    copy_bytes(op.recv, q.front().data(), bytes);
     q.pop_front();
   }
 }
