@@ -4,6 +4,7 @@
 // The emulated devices (NANOVLLM_CUDA_EMU_DEVICES, default 2, one memory pool): their state
 // (allocations, function attributes) is a function-local static guarded by a mutex, as a
 // driver's is; the current device and the current CTA are per OS thread.
+#include <pthread.h>
 #include <sys/mman.h>
 
 #include <cstdio>
@@ -191,6 +192,7 @@ struct Warp {
 
 struct Fiber {
   void* sp = nullptr;
+  int index = 0;
   uint3 tid;
   int warp = 0;
   int lane = 0;
@@ -254,15 +256,12 @@ class Executor {
     arrive(warps_[size_t(f.warp)].bar, "__syncwarp");
   }
 
-  void shuffle(unsigned mask, const void* mine, void* out, size_t bytes, int src,
-               const char* what) {
+  uint64_t shuffle(unsigned mask, uint64_t mine, int src, const char* what) {
     Fiber& f = current();
     Warp& w = warps_[size_t(f.warp)];
     check_mask(w, mask, what);
     const uint64_t round = w.bar.gen;
-    uint64_t v = 0;
-    std::memcpy(&v, mine, bytes);
-    w.slot[round & 1][f.lane] = v;
+    w.slot[round & 1][f.lane] = mine;
     w.written[round & 1][f.lane] = round;
     arrive(w.bar, what);
     // Lane src may have exited since it published (it was the last to arrive and ran on):
@@ -270,29 +269,38 @@ class Executor {
     if (src < 0 || src > 31 || w.written[round & 1][src] != round)
       fault(std::string(what) + " reads lane " + std::to_string(src) +
             ", which did not take part in the exchange (it exited, or the warp has no such lane)");
-    std::memcpy(out, &w.slot[round & 1][src], bytes);
+    return w.slot[round & 1][src];
   }
 
   // Called on a fiber's own stack when the kernel body returns.
   [[noreturn]] void finish_current() {
     Fiber& f = current();
     f.done = true;
+    --remaining_;
     Warp& w = warps_[size_t(f.warp)];
     w.live_mask &= ~(1u << f.lane);
     w.exited_mask |= 1u << f.lane;
     leave(w.bar);
     leave(block_bar_);
-    switch_to_scheduler(f, /*exiting=*/true);
+    switch_away(f, /*exiting=*/true);
     die("a finished fiber was resumed");
   }
 
   void run_body() { (*body_)(); }
 
-  void* sched_sp_ = nullptr;
-  const void* sched_stack_bottom_ = nullptr;
-  size_t sched_stack_size_ = 0;
+  // A fiber's first moment on its own stack (ASan: the switch into it is complete).
+  static void fiber_started() {
+#if NV_EMU_ASAN
+    __sanitizer_finish_switch_fiber(nullptr, nullptr, nullptr);
+#endif
+  }
 
  private:
+  char* stack_lo(size_t i) const { return region_ + i * (kStackBytes + kGuardBytes) + kGuardBytes; }
+
+  // Runs the block's threads to completion. Control moves from fiber to fiber (a fiber that
+  // blocks or ends hands over to the next runnable one, round robin); it comes back here when
+  // every thread has ended, or when none can run: a deadlock.
   void run_block() {
     const int n = int(block_.x * block_.y * block_.z);
     const int nwarps = (n + 31) / 32;
@@ -300,10 +308,11 @@ class Executor {
     block_bar_ = Barrier{};
     block_bar_.live = n;
     std::memset(smem_.data(), 0xff, smem_.size());
-    const size_t per = kStackBytes + kGuardBytes;
+    nfibers_ = n;
     for (int i = 0; i < n; ++i) {
       Fiber& f = fibers_[size_t(i)];
       f = Fiber{};
+      f.index = i;
       f.tid = {unsigned(i) % block_.x, unsigned(i) / block_.x % block_.y,
                unsigned(i) / (block_.x * block_.y)};
       f.warp = i / 32;
@@ -311,24 +320,68 @@ class Executor {
       Warp& w = warps_[size_t(f.warp)];
       w.live_mask |= 1u << f.lane;
       ++w.bar.live;
-      char* lo = region_ + size_t(i) * per + kGuardBytes;
-      init_stack(f, lo, i);
+      init_stack(f, stack_lo(size_t(i)), i);
     }
-    int remaining = n;
-    while (remaining > 0) {
-      bool ran = false;
-      for (int i = 0; i < n; ++i) {
-        Fiber& f = fibers_[size_t(i)];
-        if (f.done) continue;
-        if (f.wait_gen && *f.wait_gen == f.wait_value) continue;
-        f.wait_gen = nullptr;
-        f.waiting_at = nullptr;
-        resume(f, region_ + size_t(i) * per + kGuardBytes);
-        ran = true;
-        if (f.done) --remaining;
-      }
-      if (!ran) report_deadlock(n);
+    remaining_ = n;
+#if NV_EMU_ASAN
+    if (!sched_stack_bottom_) {
+      pthread_attr_t attr;
+      pthread_getattr_np(pthread_self(), &attr);
+      void* lo = nullptr;
+      pthread_attr_getstack(&attr, &lo, &sched_stack_size_);
+      pthread_attr_destroy(&attr);
+      sched_stack_bottom_ = lo;
     }
+    void* fake = nullptr;
+    __sanitizer_start_switch_fiber(&fake, stack_lo(0), kStackBytes);
+#endif
+    cur_ = &fibers_[0];
+    nv_emu_switch(&sched_sp_, fibers_[0].sp);
+#if NV_EMU_ASAN
+    __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
+#endif
+    cur_ = nullptr;
+    if (remaining_ > 0) report_deadlock(n);
+  }
+
+  // The next thread after `from` (round robin) that has not ended and is not blocked, or -1.
+  int next_runnable(int from) const {
+    for (int k = 1; k <= nfibers_; ++k) {
+      const int j = (from + k) % nfibers_;
+      const Fiber& g = fibers_[size_t(j)];
+      if (!g.done && !(g.wait_gen && *g.wait_gen == g.wait_value)) return j;
+    }
+    return -1;
+  }
+
+  // Leaves fiber f (blocked, or ended when `exiting`) for the next runnable fiber, or for the
+  // block's scheduler when there is none; returns when f is resumed.
+  void switch_away(Fiber& f, bool exiting) {
+    const int j = next_runnable(f.index);
+    void** save = &f.sp;
+    if (j < 0) {
+      cur_ = nullptr;
+#if NV_EMU_ASAN
+      __sanitizer_start_switch_fiber(exiting ? nullptr : &f.asan_fake, sched_stack_bottom_,
+                                     sched_stack_size_);
+#else
+      (void)exiting;
+#endif
+      nv_emu_switch(save, sched_sp_);
+    } else {
+      Fiber& g = fibers_[size_t(j)];
+      g.wait_gen = nullptr;
+      g.waiting_at = nullptr;
+      cur_ = &g;
+#if NV_EMU_ASAN
+      __sanitizer_start_switch_fiber(exiting ? nullptr : &f.asan_fake, stack_lo(size_t(j)),
+                                     kStackBytes);
+#endif
+      nv_emu_switch(save, g.sp);
+    }
+#if NV_EMU_ASAN
+    __sanitizer_finish_switch_fiber(f.asan_fake, nullptr, nullptr);
+#endif
   }
 
   void init_stack(Fiber& f, char* lo, int i) {
@@ -347,36 +400,6 @@ class Executor {
     f.sp = p;
   }
 
-  void resume(Fiber& f, char* stack_lo) {
-    cur_ = &f;
-#if NV_EMU_ASAN
-    void* fake = nullptr;
-    __sanitizer_start_switch_fiber(&fake, stack_lo, kStackBytes);
-#else
-    (void)stack_lo;
-#endif
-    nv_emu_switch(&sched_sp_, f.sp);
-#if NV_EMU_ASAN
-    __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
-#endif
-    cur_ = nullptr;
-  }
-
- public:
-  void switch_to_scheduler(Fiber& f, bool exiting) {
-#if NV_EMU_ASAN
-    __sanitizer_start_switch_fiber(exiting ? nullptr : &f.asan_fake, sched_stack_bottom_,
-                                   sched_stack_size_);
-#else
-    (void)exiting;
-#endif
-    nv_emu_switch(&f.sp, sched_sp_);
-#if NV_EMU_ASAN
-    __sanitizer_finish_switch_fiber(f.asan_fake, &sched_stack_bottom_, &sched_stack_size_);
-#endif
-  }
-
- private:
   void arrive(Barrier& b, const char* what) {
     Fiber& f = current();
     const uint64_t g = b.gen;
@@ -388,7 +411,7 @@ class Executor {
     f.wait_gen = &b.gen;
     f.wait_value = g;
     f.waiting_at = what;
-    switch_to_scheduler(f, false);
+    switch_away(f, false);
   }
 
   // A thread that exits no longer counts for the barriers it belongs to.
@@ -443,6 +466,11 @@ class Executor {
   dim3 block_, grid_;
   const std::function<void()>* body_ = nullptr;
   std::vector<unsigned char> smem_;
+  int nfibers_ = 0;
+  int remaining_ = 0;  // threads of the block that have not ended
+  void* sched_sp_ = nullptr;
+  const void* sched_stack_bottom_ = nullptr;  // ASan: the OS thread's stack
+  size_t sched_stack_size_ = 0;
 };
 
 Executor& executor() {
@@ -451,10 +479,8 @@ Executor& executor() {
 }
 
 void fiber_main() {
+  Executor::fiber_started();
   Executor& e = executor();
-#if NV_EMU_ASAN
-  __sanitizer_finish_switch_fiber(nullptr, &e.sched_stack_bottom_, &e.sched_stack_size_);
-#endif
   e.run_body();
   e.finish_current();
 }
@@ -470,8 +496,8 @@ void __syncwarp(unsigned mask) { executor().sync_warp(mask); }
 
 namespace emu {
 
-void shuffle(unsigned mask, const void* mine, void* out, size_t bytes, int src, const char* what) {
-  executor().shuffle(mask, mine, out, bytes, src, what);
+uint64_t shuffle(unsigned mask, uint64_t mine, int src, const char* what) {
+  return executor().shuffle(mask, mine, src, what);
 }
 int lane_id() { return executor().current().lane; }
 unsigned char* dynamic_shared() { return executor().dynamic_shared(); }

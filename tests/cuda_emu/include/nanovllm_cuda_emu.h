@@ -87,9 +87,20 @@ void __syncthreads();
 void __syncwarp(unsigned mask = 0xffffffffu);
 
 namespace emu {
-// One exchange among the lanes of the calling warp: every live lane publishes `bytes` bytes and
-// reads lane `src`'s (a warp barrier before and after). Fails on a partial mask or a dead lane.
-void shuffle(unsigned mask, const void* mine, void* out, size_t bytes, int src, const char* what);
+// One exchange among the lanes of the calling warp: every live lane publishes its value (up to
+// 8 bytes, zero-extended) and gets lane `src`'s (one warp barrier). Fails on a partial mask or a
+// lane that did not publish.
+uint64_t shuffle(unsigned mask, uint64_t mine, int src, const char* what);
+
+template <typename T>
+T shuffle_value(unsigned mask, T v, int src, const char* what) {
+  uint64_t bits = 0;
+  std::memcpy(&bits, &v, sizeof(T));
+  const uint64_t got = shuffle(mask, bits, src, what);
+  T out;
+  std::memcpy(&out, &got, sizeof(T));
+  return out;
+}
 int lane_id();
 unsigned char* dynamic_shared();
 }  // namespace emu
@@ -99,9 +110,7 @@ T __shfl_sync(unsigned mask, T v, int src_lane, int width = 32) {
   static_assert(std::is_trivially_copyable_v<T> && sizeof(T) <= 8, "shuffle of a <= 8-byte value");
   const int lane = emu::lane_id();
   const int src = (lane & ~(width - 1)) + (src_lane & (width - 1));
-  T out;
-  emu::shuffle(mask, &v, &out, sizeof(T), src, "__shfl_sync");
-  return out;
+  return emu::shuffle_value(mask, v, src, "__shfl_sync");
 }
 
 template <typename T>
@@ -110,9 +119,7 @@ T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32) {
   const int lane = emu::lane_id();
   int src = lane ^ lane_mask;
   if ((src & ~(width - 1)) != (lane & ~(width - 1))) src = lane;  // outside the segment: own
-  T out;
-  emu::shuffle(mask, &v, &out, sizeof(T), src, "__shfl_xor_sync");
-  return out;
+  return emu::shuffle_value(mask, v, src, "__shfl_xor_sync");
 }
 
 template <typename A, typename B>
