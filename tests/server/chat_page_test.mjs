@@ -90,13 +90,15 @@ async function realServer(page) {
   await page.screenshot({ path: path.join(artifacts, "chat_page_streaming.png"), fullPage: true });
 
   await page.click("#stop");
+  // Generous limits: this checks that Stop works, not how fast (ctest runs it beside CPU-heavy
+  // tests on a 2-core machine).
   await page.waitForFunction((sel) => document.querySelector(sel).dataset.state === "stopped", lastReply,
-                             { timeout: 5000 });
+                             { timeout: 20000 });
   const stopped = await replyState(page);
   check(stopped.tokens < maxTokens, `Stop ended the reply early (${stopped.tokens} of ${maxTokens} tokens)`);
   check(/tokens\/s/.test(stopped.stats) && /stopped/.test(stopped.stats), `stats shown: "${stopped.stats}"`);
-  await waitFor("no request running after Stop", async () => (await runningRequests()) === 0, 2000);
-  check(true, "the server aborted the request: nanovllm:num_requests_running == 0 within 2 s");
+  await waitFor("no request running after Stop", async () => (await runningRequests()) === 0, 10000);
+  check(true, "the server aborted the request: nanovllm:num_requests_running == 0 within 10 s");
   check(await page.isEnabled("#send") && !(await page.isEnabled("#stop")), "Send enabled again after Stop");
 
   // The conversation goes on after a stop.
