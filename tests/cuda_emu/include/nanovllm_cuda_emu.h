@@ -17,6 +17,10 @@
 //   - cuBLASLt is a plain fp32-accumulating matmul over the descriptors it was given (layouts,
 //     transposes and types checked).
 // <nccl.h> is emulated too (include/nccl.h, emu_nccl.cpp), for ranks that are threads.
+// The emulated machine: NANOVLLM_CUDA_EMU_DEVICES GPUs (default 2) sharing
+// NANOVLLM_CUDA_EMU_MEMORY_MB of memory (default 2048), NANOVLLM_CUDA_EMU_SMS SMs each (default
+// 8: from 32 (sequence, kv head) pairs on, the decode grid has one CTA per pair, which loops over
+// the sequence's partitions), compute capability 9.0.
 // What it cannot show: speed, the GPU's memory model between CTAs (they run one after another),
 // the last bits of fast-math intrinsics, and cuBLASLt's own kernels.
 //
