@@ -512,8 +512,8 @@ cudaError_t set_function_attribute(const void* fn, cudaFuncAttribute attr, int v
   return cudaSuccess;
 }
 
-bool validate_launch(const LaunchConfig& cfg, const void* fn, const char* const*,
-                     const void* const* ptrs, size_t nptrs) {
+bool validate_launch(const LaunchConfig& cfg, const void* fn, const void* const* ptrs,
+                     size_t nptrs) {
   const uint64_t threads = uint64_t(cfg.block.x) * cfg.block.y * cfg.block.z;
   if (threads == 0 || threads > uint64_t(kMaxThreads) || cfg.block.z > 64 || cfg.grid.x == 0 ||
       cfg.grid.y == 0 || cfg.grid.z == 0 || cfg.grid.x > 0x7fffffffu || cfg.grid.y > 65535 ||

@@ -257,8 +257,8 @@ struct LaunchConfig {
 
 // Validates a launch (setting the thread's last error and returning false when the driver would
 // refuse it) and checks that each non-null pointer argument points into device memory.
-bool validate_launch(const LaunchConfig& cfg, const void* fn, const char* const* ptr_names,
-                     const void* const* ptrs, size_t nptrs);
+bool validate_launch(const LaunchConfig& cfg, const void* fn, const void* const* ptrs,
+                     size_t nptrs);
 // Runs (or, while `cfg.stream` captures, records) the grid, calling body() on every thread.
 void submit_grid(const LaunchConfig& cfg, std::function<void()> body);
 // Runs or records a host-side operation in stream order (copies, memsets, matmuls).
@@ -302,7 +302,7 @@ void operator%(void (*kernel)(P...), PendingLaunch<A...>&& launch) {
   const void* ptrs[sizeof...(P) + 1] = {};
   size_t n = 0;
   pointer_args(params, ptrs, &n, std::index_sequence_for<P...>{});
-  if (!validate_launch(launch.cfg, reinterpret_cast<const void*>(kernel), nullptr, ptrs, n)) return;
+  if (!validate_launch(launch.cfg, reinterpret_cast<const void*>(kernel), ptrs, n)) return;
   submit_grid(launch.cfg, [kernel, params]() { std::apply(kernel, params); });
 }
 }  // namespace emu
