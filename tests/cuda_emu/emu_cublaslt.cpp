@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "nanovllm_cuda_emu.h"
+#include "runtime/tensor.h"
 
 namespace nanovllm::cuda_emu {
 
@@ -30,27 +31,14 @@ size_t type_bytes(cudaDataType_t t) { return t == CUDA_R_32F ? 4 : 2; }
 
 float load(const void* p, cudaDataType_t t, size_t i) {
   if (t == CUDA_R_32F) return static_cast<const float*>(p)[i];
-  const uint32_t u = uint32_t(static_cast<const uint16_t*>(p)[i]) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
+  return bf16_to_f32(static_cast<const uint16_t*>(p)[i]);
 }
 
 void store(void* p, cudaDataType_t t, size_t i, float f) {
-  if (t == CUDA_R_32F) {
+  if (t == CUDA_R_32F)
     static_cast<float*>(p)[i] = f;
-    return;
-  }
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  uint16_t h;
-  if ((u & 0x7fffffffu) > 0x7f800000u) {
-    h = uint16_t((u >> 16) | 0x40);
-  } else {
-    u += 0x7fffu + ((u >> 16) & 1u);
-    h = uint16_t(u >> 16);
-  }
-  static_cast<uint16_t*>(p)[i] = h;
+  else
+    static_cast<uint16_t*>(p)[i] = f32_to_bf16(f);  // round to nearest even, as the GPU
 }
 
 // Shapes of D = op(A) op(B) (+ C): op(A) is m x k, op(B) k x n, C and D m x n.

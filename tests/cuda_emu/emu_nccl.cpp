@@ -14,16 +14,13 @@
 #include <vector>
 
 #include "nccl.h"
+#include "runtime/tensor.h"
 
 namespace nanovllm::cuda_emu {
 
 namespace {
 
-[[noreturn]] void die(const std::string& msg) {
-  std::fprintf(stderr, "CUDA emulator (NCCL): %s\n", msg.c_str());
-  std::fflush(stderr);
-  std::abort();
-}
+[[noreturn]] void die(const std::string& msg) { emu::die("NCCL: " + msg); }
 
 // memcpy that accepts empty (possibly null) ranges.
 void copy_bytes(void* dst, const void* src, size_t bytes) {
@@ -97,17 +94,13 @@ double load(const void* p, ncclDataType_t t, size_t i) {
     case ncclUint64:
       return double(static_cast<const uint64_t*>(p)[i]);
     case ncclFloat16:
-      return double(static_cast<const _Float16*>(p)[i]);
+      return f16_to_f32(static_cast<const uint16_t*>(p)[i]);
     case ncclFloat32:
       return static_cast<const float*>(p)[i];
     case ncclFloat64:
       return static_cast<const double*>(p)[i];
-    case ncclBfloat16: {
-      const uint32_t u = uint32_t(static_cast<const uint16_t*>(p)[i]) << 16;
-      float f;
-      copy_bytes(&f, &u, 4);
-      return f;
-    }
+    case ncclBfloat16:
+      return bf16_to_f32(static_cast<const uint16_t*>(p)[i]);
   }
   return 0.0;
 }
@@ -134,7 +127,7 @@ void store(void* p, ncclDataType_t t, size_t i, double v) {
       static_cast<uint64_t*>(p)[i] = uint64_t(v);
       return;
     case ncclFloat16:
-      static_cast<_Float16*>(p)[i] = _Float16(float(v));
+      static_cast<uint16_t*>(p)[i] = f32_to_f16(float(v));
       return;
     case ncclFloat32:
       static_cast<float*>(p)[i] = float(v);
@@ -142,20 +135,9 @@ void store(void* p, ncclDataType_t t, size_t i, double v) {
     case ncclFloat64:
       static_cast<double*>(p)[i] = v;
       return;
-    case ncclBfloat16: {
-      const float f = float(v);
-      uint32_t u;
-      copy_bytes(&u, &f, 4);
-      uint16_t h;
-      if ((u & 0x7fffffffu) > 0x7f800000u) {
-        h = uint16_t((u >> 16) | 0x40);
-      } else {
-        u += 0x7fffu + ((u >> 16) & 1u);
-        h = uint16_t(u >> 16);
-      }
-      static_cast<uint16_t*>(p)[i] = h;
+    case ncclBfloat16:
+      static_cast<uint16_t*>(p)[i] = f32_to_bf16(float(v));
       return;
-    }
   }
 }
 

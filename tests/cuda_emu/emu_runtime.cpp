@@ -63,11 +63,7 @@ namespace nanovllm::cuda_emu {
 
 namespace {
 
-[[noreturn]] void die(const std::string& msg) {
-  std::fprintf(stderr, "CUDA emulator: %s\n", msg.c_str());
-  std::fflush(stderr);
-  std::abort();
-}
+using emu::die;
 
 size_t env_size(const char* name, size_t fallback) {
   const char* v = std::getenv(name);
@@ -150,6 +146,12 @@ EmuStream& stream_of(cudaStream_t s) { return s ? *s : legacy_stream(); }
 }  // namespace
 
 namespace emu {
+
+void die(const std::string& msg) {
+  std::fprintf(stderr, "CUDA emulator: %s\n", msg.c_str());
+  std::fflush(stderr);
+  std::abort();
+}
 
 bool is_device_pointer(const void* p) { return in_device_memory(p, 0); }
 bool is_device_range(const void* p, size_t bytes) { return in_device_memory(p, bytes); }

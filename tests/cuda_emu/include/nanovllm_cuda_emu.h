@@ -35,6 +35,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <string>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -91,6 +92,10 @@ void __syncthreads();
 void __syncwarp(unsigned mask = 0xffffffffu);
 
 namespace emu {
+// Reports a fault of the emulated program ("CUDA emulator: <msg>" on stderr) and aborts, as a
+// GPU fault ends its context.
+[[noreturn]] void die(const std::string& msg);
+
 // One exchange among the lanes of the calling warp: every live lane publishes its value (up to
 // 8 bytes, zero-extended) and gets lane `src`'s (one warp barrier). Fails on a partial mask or a
 // lane that did not publish.
