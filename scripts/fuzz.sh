@@ -25,7 +25,8 @@ fi
 
 # The library sources the targets need (the parsers and what they include), built once.
 lib_sources=(src/tokenizer/*.cpp src/util/*.cpp src/model/hf_config.cpp src/model/safetensors.cpp
-             src/runtime/tensor.cpp src/server/openai_request.cpp)
+             src/runtime/tensor.cpp src/server/openai_request.cpp src/server/json_decoder.cpp
+             src/server/request_decoder.cpp)
 flags="-std=c++20 -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all -I$PWD/src -I$PWD/include $(pkg-config --cflags libpcre2-8 libutf8proc)"
 libs="-lfmt $(pkg-config --libs libpcre2-8 libutf8proc)"
 {
@@ -52,6 +53,7 @@ if ! ninja -C "$out" -j "$(nproc)" $(for t in "${targets[@]}"; do echo "${t}_fuz
   exit 1
 fi
 
+export NANOVLLM_SOURCE_DIR=$PWD  # targets that load files of the repository (http_request: Qwen3's tokenizer)
 status=0
 for t in "${targets[@]}"; do
   work="$out/$t"

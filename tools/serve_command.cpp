@@ -19,6 +19,21 @@ void add_serve(CLI::App& app, Commands& commands) {
                   "seconds running requests may finish after SIGTERM before they are aborted (default 10)")
       ->check(CLI::Range(0.0, 3600.0));
   cmd->add_option("--max-n", o->limits.max_n, "largest n (samples per request)")->check(CLI::Range(1, 1024));
+  cmd->add_option("--max-connections", o->max_connections,
+                  "open connections at most; more get 503 + Retry-After (default: what the open-file limit allows, "
+                  "at most 4096)")->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--max-requests", o->max_requests,
+                  "requests being decoded, queued or generated at most; more get 429 + Retry-After (default 4096)")
+      ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--request-threads", o->request_threads,
+                  "threads that decode requests (JSON, chat template, tokenizer) and encode large responses (default 2)")
+      ->check(CLI::Range(1, 256));
+  cmd->add_option("--keep-alive-timeout", o->session.keep_alive_timeout_s,
+                  "seconds an idle connection may wait for its next request (default 30)")->check(CLI::Range(1, 86400));
+  cmd->add_option("--header-timeout", o->session.header_timeout_s,
+                  "seconds from a request's first byte to the end of its header (default 10)")->check(CLI::Range(1, 86400));
+  cmd->add_option("--body-timeout", o->session.body_timeout_s,
+                  "seconds to receive a request's body after its header (default 60)")->check(CLI::Range(1, 86400));
   on_run(cmd, commands, [o] { return server::run_server(*o); });
 }
 

@@ -1,7 +1,9 @@
 #include "server/api_server.h"
 
 #include <sys/resource.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -25,18 +27,25 @@ std::string path_of(const HttpRequest& req) {
   return std::string(t.substr(0, t.find('?')));
 }
 
-Json parse_body(const HttpRequest& req) {
-  Json j = Json::parse(req.body(), nullptr, false);
-  if (j.is_discarded()) bad_request("", "the body is not valid JSON (UTF-8)");
-  if (!j.is_object()) bad_request("", "the body must be a JSON object");
-  return j;
+// An overload answer: status 429 or 503 with Retry-After.
+HttpResponse overloaded(int status, const std::string& message) {
+  HttpResponse res = error_response(ApiError(status, status == 429 ? "rate_limit_error" : "service_unavailable",
+                                             message, "", status == 429 ? "too_many_requests" : "overloaded"));
+  res.set(http::field::retry_after, "1");
+  return res;
 }
 
 class ApiServer {
  public:
   explicit ApiServer(const ServerOptions& o)
-      : opts_(o), ioc_(1), acceptor_(ioc_), signals_(ioc_, SIGTERM, SIGINT), timer_(ioc_) {
+      : opts_(o),
+        ioc_(1),
+        acceptor_(ioc_),
+        signals_(ioc_, SIGTERM, SIGINT),
+        timer_(ioc_),
+        workers_(size_t(std::max(1, o.request_threads))) {
     ctx_.ioc = &ioc_;
+    ctx_.workers = &workers_;
     ctx_.limits = o.limits;
     ctx_.model_name = o.served_model_name.empty()
                           ? std::filesystem::path(o.engine.model).lexically_normal().filename().string()
@@ -46,6 +55,8 @@ class ApiServer {
 
   ~ApiServer() {
     if (loader_.joinable()) loader_.join();
+    workers_.stop();  // queued work is dropped; what runs finishes before the engine goes
+    workers_.join();
     if (async_) async_->shutdown();
   }
 
@@ -56,6 +67,7 @@ class ApiServer {
       files.rlim_cur = files.rlim_max;
       ::setrlimit(RLIMIT_NOFILE, &files);
     }
+    set_caps(files.rlim_cur);
     beast::error_code ec;
     auto address = net::ip::make_address(opts_.host, ec);
     if (ec) fail("--host '{}' is not an IP address", opts_.host);
@@ -66,8 +78,9 @@ class ApiServer {
     acceptor_.bind(endpoint, ec);
     if (ec) fail("cannot listen on {}:{}: {}", opts_.host, opts_.port, ec.message());
     acceptor_.listen(net::socket_base::max_listen_connections);
-    std::printf("nanovllm: listening on http://%s:%d (model '%s' loading)\n", opts_.host.c_str(),
-                int(acceptor_.local_endpoint().port()), ctx_.model_name.c_str());
+    std::printf("nanovllm: listening on http://%s:%d (model '%s' loading; at most %d connections, %d requests, "
+                "%d request threads)\n", opts_.host.c_str(), int(acceptor_.local_endpoint().port()),
+                ctx_.model_name.c_str(), max_connections_, max_requests_, std::max(1, opts_.request_threads));
     std::fflush(stdout);
     signals_.async_wait([this](beast::error_code e, int) {
       if (!e) begin_shutdown();
@@ -84,16 +97,22 @@ class ApiServer {
     try {
       if (opts_.before_load) opts_.before_load();
       auto engine = std::make_unique<LLMEngine>(opts_.engine);
-      engine->require_tokenizer();
+      ModelView model;
+      model.tokenizer = &engine->require_tokenizer();
       try {
-        engine->chat_template();  // loaded now: later calls only read it
+        model.chat_template = &engine->chat_template();  // loaded now: later calls only read it
       } catch (const Error& e) {
+        model.template_error = e.what();
         std::fprintf(stderr, "nanovllm: no chat template (%s); /v1/chat/completions will answer 400\n", e.what());
       }
+      model.model_name = ctx_.model_name;
+      model.max_model_len = engine->config().max_model_len;
+      model.limits = opts_.limits;
       auto async = std::make_unique<AsyncLLMEngine>(*engine);
-      net::post(ioc_, [this, engine = std::move(engine), async = std::move(async)]() mutable {
+      net::post(ioc_, [this, engine = std::move(engine), async = std::move(async), model]() mutable {
         engine_ = std::move(engine);
         async_ = std::move(async);
+        model_ = model;
         ctx_.engine = engine_.get();
         ctx_.async = async_.get();
         std::printf("nanovllm: model '%s' loaded; ready\n", ctx_.model_name.c_str());
@@ -110,6 +129,20 @@ class ApiServer {
     }
   }
 
+  // The caps: given, or what fits the machine (open files; a quarter of memory for bodies).
+  void set_caps(rlim_t open_files) {
+    max_connections_ = opts_.max_connections > 0
+                           ? opts_.max_connections
+                           : int(std::clamp<rlim_t>(open_files > 256 ? open_files - 128 : 128, 128, 4096));
+    max_requests_ = opts_.max_requests > 0 ? opts_.max_requests : 4096;
+    uint64_t budget = opts_.max_body_bytes_in_flight;
+    if (budget == 0) {
+      const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+      budget = pages > 0 && page > 0 ? uint64_t(pages) * uint64_t(page) / 4 : uint64_t(1) << 30;
+    }
+    load_->max_body_bytes = std::max<uint64_t>(budget, opts_.session.max_body_bytes);
+  }
+
   void accept() {
     acceptor_.async_accept([this](beast::error_code ec, tcp::socket socket) {
       if (ec) {
@@ -118,17 +151,28 @@ class ApiServer {
         return;
       }
       socket.set_option(tcp::no_delay(true), ec);
+      const int open = load_->connections;
+      if (open >= max_connections_ + kMaxRejecting) {  // rejecting takes a socket too: past this, drop
+        socket.close(ec);
+        accept();
+        return;
+      }
       auto session = std::make_shared<HttpSession>(
-          std::move(socket), opts_.session,
+          std::move(socket), opts_.session, load_,
           [this](const std::shared_ptr<HttpSession>& s, HttpRequest&& req) { route(s, std::move(req)); },
           [](int status, const std::string& message) {
-            const char* type = status == 413 ? "invalid_request_error" : "invalid_request_error";
-            return error_response(ApiError(status, type, message));
+            if (status == 503) return overloaded(503, message);
+            return error_response(ApiError(status, "invalid_request_error", message));
           });
       if (sessions_.size() > 64 && sessions_.size() > 2 * live_sessions_) prune_sessions();
       sessions_.push_back(session);
       ++live_sessions_;
-      session->start();
+      if (open >= max_connections_) {
+        session->reject(overloaded(503, fmt::format("the server has {} connections open, its limit; retry later",
+                                                    max_connections_)));
+      } else {
+        session->start();
+      }
       accept();
     });
   }
@@ -140,7 +184,7 @@ class ApiServer {
 
   void route(const std::shared_ptr<HttpSession>& s, HttpRequest&& req) {
     try {
-      dispatch(s, req);
+      dispatch(s, std::move(req));
     } catch (const ApiError& e) {
       s->send(error_response(e));
     } catch (const Error& e) {
@@ -150,7 +194,9 @@ class ApiServer {
     }
   }
 
-  void dispatch(const std::shared_ptr<HttpSession>& s, const HttpRequest& req) {
+  // Runs on the io thread: routing, authentication and the caps only; everything that grows with
+  // the body goes to a worker (offload).
+  void dispatch(const std::shared_ptr<HttpSession>& s, HttpRequest&& req) {
     const std::string path = path_of(req);
     struct Route {
       const char* path;
@@ -223,41 +269,44 @@ class ApiServer {
       s->send(json_response(http::status::ok, Json{{"object", "list"}, {"data", Json::array({model})}}));
       return;
     }
-    if (path == "/tokenize") return tokenize(s, req);
-    if (path == "/detokenize") return detokenize(s, req);
     if (ctx_.shutting_down) throw ApiError(503, "service_unavailable", "the server is shutting down");
-    handle_generation(ctx_, s, req, path == "/v1/chat/completions");
-  }
-
-  void tokenize(const std::shared_ptr<HttpSession>& s, const HttpRequest& req) {
-    Json body = parse_body(req);
-    std::string text;
-    if (body.contains("messages")) {
-      Json chat = body;
-      OpenAIRequest r = parse_openai_request(chat.dump(), /*chat=*/true, ctx_.limits);
-      text = engine_->chat_template().render(r.messages, r.tools, r.add_generation_prompt, r.chat_template_kwargs);
-    } else if (body.contains("prompt") && body["prompt"].is_string()) {
-      text = body["prompt"].get<std::string>();
-    } else {
-      bad_request("prompt", "'prompt' (a string) or 'messages' is required");
+    if (load_->requests > max_requests_) {  // this request is counted
+      s->send(overloaded(429, fmt::format("the server is answering {} requests, its limit; retry later", max_requests_)));
+      return;
     }
-    std::vector<int32_t> ids = engine_->require_tokenizer().encode(text);
-    Json out = {{"count", ids.size()}, {"max_model_len", engine_->config().max_model_len}, {"tokens", ids}};
-    s->send(json_response(http::status::ok, out));
+    offload(s, std::move(req), path);
   }
 
-  void detokenize(const std::shared_ptr<HttpSession>& s, const HttpRequest& req) {
-    Json body = parse_body(req);
-    if (!body.contains("tokens") || !body["tokens"].is_array()) bad_request("tokens", "'tokens' (an array of token ids) is required");
-    const Tokenizer& tok = engine_->require_tokenizer();
-    std::vector<int32_t> ids;
-    for (const Json& t : body["tokens"]) {
-      if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= tok.vocab_size()) {
-        bad_request("tokens", "'tokens' must hold token ids in [0, {})", tok.vocab_size());
+  // Decodes a POST body on a worker thread, then answers (tokenize, detokenize) or starts the
+  // generation back on the io thread.
+  void offload(const std::shared_ptr<HttpSession>& s, HttpRequest&& req, const std::string& path) {
+    auto answer = [this, s](HttpResponse res) {
+      net::post(ioc_, [s, res = std::move(res)]() mutable { s->send(std::move(res)); });
+    };
+    net::post(workers_, [this, s, req = std::move(req), path, answer]() {
+      try {
+        if (path == "/tokenize") return answer(tokenize_response(req.body(), model_));
+        if (path == "/detokenize") return answer(detokenize_response(req.body(), model_));
+        DecodedRequest d = decode_generation_request(req.body(), path == "/v1/chat/completions", model_);
+        net::post(ioc_, [this, s, d = std::move(d)]() mutable {
+          if (s->disconnected()) return;
+          if (ctx_.shutting_down) return s->send(error_response(ApiError(503, "service_unavailable", "the server is shutting down")));
+          try {
+            start_generation(ctx_, s, std::move(d));
+          } catch (const ApiError& e) {
+            s->send(error_response(e));
+          } catch (const std::exception& e) {
+            s->send(error_response(ApiError(500, "internal_server_error", e.what())));
+          }
+        });
+      } catch (const ApiError& e) {
+        answer(error_response(e));
+      } catch (const Error& e) {
+        answer(error_response(ApiError(400, "invalid_request_error", e.what())));
+      } catch (const std::exception& e) {
+        answer(error_response(ApiError(500, "internal_server_error", e.what())));
       }
-      ids.push_back(int32_t(t.get<int64_t>()));
-    }
-    s->send(json_response(http::status::ok, Json{{"prompt", tok.decode(ids)}}));
+    });
   }
 
   void begin_shutdown() {
@@ -302,12 +351,18 @@ class ApiServer {
 
   bool loader_done() const { return async_ != nullptr || exit_code_ != 0; }
 
+  static constexpr int kMaxRejecting = 256;  // connections past the cap answered 503; more are dropped
+
   ServerOptions opts_;
+  std::shared_ptr<ConnectionLoad> load_ = std::make_shared<ConnectionLoad>();
+  int max_connections_ = 0, max_requests_ = 0;
   net::io_context ioc_;
   tcp::acceptor acceptor_;
   net::signal_set signals_;
   net::steady_timer timer_;
   ServingContext ctx_;
+  net::thread_pool workers_;
+  ModelView model_;  // set once the model is loaded (before any request reaches a worker)
   std::unique_ptr<LLMEngine> engine_;
   std::unique_ptr<AsyncLLMEngine> async_;
   std::thread loader_;

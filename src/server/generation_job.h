@@ -13,6 +13,7 @@
 
 #include "engine/stop_checker.h"
 #include "server/reasoning_parser.h"
+#include "server/request_decoder.h"
 #include "server/serving_context.h"
 #include "server/tool_parser.h"
 
@@ -42,25 +43,35 @@ struct Choice {
 
 class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
  public:
-  GenerationJob(ServingContext& ctx, std::shared_ptr<HttpSession> session, OpenAIRequest request)
-      : ctx_(ctx), session_(std::move(session)), req_(std::move(request)) {
+  // Whole responses of fewer completion tokens (and no logprobs or echo) are encoded on the io
+  // thread; larger ones on a worker.
+  static constexpr int64_t kInlineResponseTokens = 256;
+
+  GenerationJob(ServingContext& ctx, std::shared_ptr<HttpSession> session, DecodedRequest decoded)
+      : ctx_(ctx),
+        session_(std::move(session)),
+        req_(std::move(decoded.req)),
+        prompt_ids_(std::move(decoded.prompt_ids)),
+        prompt_texts_(std::move(decoded.prompt_texts)),
+        params_(std::move(decoded.params)),
+        starts_in_reasoning_(decoded.starts_in_reasoning) {
     const int64_t id = ctx_.next_id++;
     id_ = (req_.chat ? "chatcmpl-" : "cmpl-") + std::to_string(id);
     created_ = std::chrono::duration_cast<std::chrono::seconds>(
                    std::chrono::system_clock::now().time_since_epoch()).count();
   }
 
-  // Validates against the model, queues the requests and starts answering. ApiError if invalid.
+  // Queues the engine requests and starts answering (io thread). ApiError if the engine refuses.
   void start();
 
  private:
-  void prepare_prompts();
   void wake();
   void on_events();
   void on_event(Choice& c, RequestEvent& e);
   void stream_delta(Choice& c, RequestEvent& e);
   void finish_choice_stream(Choice& c);
   void complete();
+  HttpResponse whole_response();
   Json chunk(Json choices) const;
   void send_chunk(const Json& j) { out_ += "data: " + dump(j) + "\n\n"; }
   static std::string dump(const Json& j) {
@@ -78,6 +89,7 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
   int64_t created_ = 0;
   std::vector<std::vector<int32_t>> prompt_ids_;
   std::vector<std::string> prompt_texts_;  // for echo
+  std::vector<SamplingParams> params_;     // per prompt
   bool starts_in_reasoning_ = false;
   std::vector<std::shared_ptr<RequestStream>> streams_;  // one per prompt, n samples each
   std::vector<bool> stream_done_;

@@ -4,52 +4,136 @@
 
 namespace nanovllm::server {
 
-HttpSession::HttpSession(tcp::socket socket, const SessionOptions& options, RequestHandler handler,
-                         ParseErrorHandler on_parse_error)
+HttpSession::HttpSession(tcp::socket socket, const SessionOptions& options, std::shared_ptr<ConnectionLoad> load,
+                         RequestHandler handler, ParseErrorHandler on_parse_error)
     : stream_(std::move(socket)),
       options_(options),
+      load_(std::move(load)),
       handler_(std::move(handler)),
-      on_parse_error_(std::move(on_parse_error)) {}
+      on_parse_error_(std::move(on_parse_error)) {
+  ++load_->connections;
+}
+
+HttpSession::~HttpSession() {
+  release_body_bytes();
+  if (counted_) --load_->requests;
+  --load_->connections;
+}
 
 void HttpSession::start() { read_request(); }
+
+void HttpSession::reject(HttpResponse response) {
+  busy_ = true;
+  keep_alive_ = false;
+  closing_ = true;
+  stream_.expires_after(std::chrono::seconds(options_.header_timeout_s));
+  send(std::move(response));
+}
 
 void HttpSession::read_request() {
   parser_.emplace();
   parser_->body_limit(options_.max_body_bytes);
   parser_->header_limit(options_.max_header_bytes);
-  stream_.expires_after(std::chrono::seconds(options_.read_timeout_s));
-  http::async_read(stream_, buffer_, *parser_,
-                   [self = shared_from_this()](beast::error_code ec, size_t) { self->on_read(ec); });
+  if (buffer_.size() > 0) return read_header();  // a pipelined request has begun
+  // Idle until the first byte: the keep-alive timeout.
+  stream_.expires_after(std::chrono::seconds(options_.keep_alive_timeout_s));
+  stream_.async_read_some(buffer_.prepare(4096), [self = shared_from_this()](beast::error_code ec, size_t n) {
+    if (ec) {
+      beast::error_code ignored;
+      self->stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
+      self->stream_.socket().close(ignored);
+      return;
+    }
+    self->buffer_.commit(n);
+    self->read_header();
+  });
+}
+
+void HttpSession::read_header() {
+  stream_.expires_after(std::chrono::seconds(options_.header_timeout_s));
+  http::async_read_header(stream_, buffer_, *parser_,
+                          [self = shared_from_this()](beast::error_code ec, size_t) { self->on_header(ec); });
+}
+
+void HttpSession::on_header(beast::error_code ec) {
+  if (ec) {
+    answer_read_error(ec);
+    return;
+  }
+  // Reserve the body's bytes against the server's budget for bodies in flight.
+  uint64_t want = parser_->content_length().value_or(parser_->chunked() ? options_.max_body_bytes : 0);
+  if (want > 0 && load_->max_body_bytes > 0 && load_->body_bytes + want > load_->max_body_bytes) {
+    answer_error(503, "the server is receiving too many request bodies at once; retry later");
+    return;
+  }
+  body_bytes_ = want;
+  load_->body_bytes += want;
+  if (parser_->is_done()) return on_read({});
+  auto expect = parser_->get().find(http::field::expect);
+  if (expect != parser_->get().end() && beast::iequals(expect->value(), "100-continue")) {
+    static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+    net::async_write(stream_, net::buffer(kContinue.data(), kContinue.size()),
+                     [self = shared_from_this()](beast::error_code wec, size_t) {
+                       if (wec) return self->answer_read_error(wec);
+                       self->read_body();
+                     });
+    return;
+  }
+  read_body();
+}
+
+void HttpSession::read_body() {
+  stream_.expires_after(std::chrono::seconds(options_.body_timeout_s));
+  http::async_read(stream_, buffer_, *parser_, [self = shared_from_this()](beast::error_code ec, size_t) {
+    self->on_read(ec);
+  });
+}
+
+void HttpSession::release_body_bytes() {
+  load_->body_bytes -= std::exchange(body_bytes_, 0);
+}
+
+void HttpSession::answer_read_error(beast::error_code ec) {
+  int status = 0;
+  std::string message;
+  if (ec == http::error::body_limit) {
+    status = 413;
+    message = "the request body is larger than the limit of " + std::to_string(options_.max_body_bytes) + " bytes";
+  } else if (ec == http::error::header_limit) {
+    status = 431;
+    message = "the request header is larger than the limit of " + std::to_string(options_.max_header_bytes) + " bytes";
+  } else if (ec.category() == beast::error_code(http::error::end_of_stream).category() && ec != http::error::end_of_stream) {
+    status = 400;
+    message = "malformed HTTP request: " + ec.message();
+  }
+  // The peer closed, reset, or timed out (beast's stream has closed the socket): nothing to answer.
+  if (status == 0 || closing_) {
+    beast::error_code ignored;
+    stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
+    stream_.socket().close(ignored);
+    return;
+  }
+  answer_error(status, message);
+}
+
+void HttpSession::answer_error(int status, const std::string& message) {
+  release_body_bytes();
+  busy_ = true;
+  keep_alive_ = false;
+  closing_ = true;
+  stream_.expires_after(std::chrono::seconds(options_.header_timeout_s));
+  send(on_parse_error_(status, message));
 }
 
 void HttpSession::on_read(beast::error_code ec) {
+  release_body_bytes();
   if (ec) {
-    int status = 0;
-    std::string message;
-    if (ec == http::error::body_limit) {
-      status = 413;
-      message = "the request body is larger than the limit of " + std::to_string(options_.max_body_bytes) + " bytes";
-    } else if (ec == http::error::header_limit) {
-      status = 431;
-      message = "the request header is larger than the limit of " + std::to_string(options_.max_header_bytes) + " bytes";
-    } else if (ec.category() == beast::error_code(http::error::end_of_stream).category() && ec != http::error::end_of_stream) {
-      status = 400;
-      message = "malformed HTTP request: " + ec.message();
-    }
-    if (status == 0 || closing_) {  // the peer closed, timed out or reset: nothing to answer
-      beast::error_code ignored;
-      stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
-      stream_.socket().close(ignored);
-      return;
-    }
-    busy_ = true;
-    keep_alive_ = false;
-    closing_ = true;
-    stream_.expires_after(std::chrono::seconds(options_.read_timeout_s));
-    send(on_parse_error_(status, message));
+    answer_read_error(ec);
     return;
   }
   busy_ = true;
+  counted_ = true;
+  ++load_->requests;
   stream_.expires_never();
   HttpRequest req = parser_->release();
   version_ = req.version();
@@ -162,6 +246,7 @@ void HttpSession::on_written(beast::error_code ec, bool last) {
 void HttpSession::fail_connection() {
   if (disconnected_) return;
   disconnected_ = true;
+  if (std::exchange(counted_, false)) --load_->requests;
   out_.clear();
   beast::error_code ignored;
   stream_.socket().close(ignored);
@@ -171,6 +256,7 @@ void HttpSession::fail_connection() {
 
 void HttpSession::finish_request() {
   busy_ = false;
+  if (std::exchange(counted_, false)) --load_->requests;
   on_disconnect_ = nullptr;
   beast::error_code ignored;
   if (watching_) stream_.socket().cancel(ignored);  // nothing else is pending now

@@ -295,11 +295,10 @@ void parse_sampling(const Json& body, OpenAIRequest& r, const RequestLimits& lim
 }  // namespace
 
 OpenAIRequest parse_openai_request(std::string_view text, bool chat, const RequestLimits& limits) {
-  Json body = Json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (body.is_discarded()) {
-    bad_request("", "the body is not valid JSON (UTF-8): {}",
-                text.empty() ? "it is empty" : "it does not parse");
-  }
+  return openai_request_from_json(decode_json(text, limits.json), chat, limits);
+}
+
+OpenAIRequest openai_request_from_json(const Json& body, bool chat, const RequestLimits& limits) {
   if (!body.is_object()) bad_request("", "the body must be a JSON object, got {}", type_name(body));
   OpenAIRequest r;
   r.chat = chat;

@@ -1,7 +1,7 @@
 #pragma once
 // The JSON body of POST /v1/completions and /v1/chat/completions -> a checked request with its
 // SamplingParams (vLLM's protocol.py). Pure: no model, no tokenizer, so it can be fuzzed
-// (tests/fuzz/request_fuzz.cpp). Every malformed or out-of-range field throws ApiError 400 naming
+// (tests/fuzz/http_request_fuzz.cpp). Every malformed or out-of-range field throws ApiError 400 naming
 // the field; unknown fields are ignored, as OpenAI and vLLM do.
 #include <cstdint>
 #include <optional>
@@ -13,6 +13,7 @@
 
 #include "nanovllm/sampling_params.h"
 #include "server/api_error.h"
+#include "server/json_decoder.h"
 
 namespace nanovllm::server {
 
@@ -49,9 +50,13 @@ struct RequestLimits {
   int max_prompts = 1024;        // prompts in one completions batch
   int max_stop_strings = 64;
   int max_logit_bias = 1024;
+  JsonLimits json;               // the body as JSON: depth, keys, array and string sizes
 };
 
-// Parses and checks the body. Throws ApiError (400) naming the field.
+// Parses (decode_json, under limits.json) and checks the body. Throws ApiError (400) naming the
+// field.
 OpenAIRequest parse_openai_request(std::string_view body, bool chat, const RequestLimits& limits = {});
+// The same for a body already parsed.
+OpenAIRequest openai_request_from_json(const nlohmann::ordered_json& body, bool chat, const RequestLimits& limits = {});
 
 }  // namespace nanovllm::server

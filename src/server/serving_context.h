@@ -10,11 +10,13 @@
 #include "server/api_error.h"
 #include "server/http_session.h"
 #include "server/openai_request.h"
+#include "server/request_decoder.h"
 
 namespace nanovllm::server {
 
 struct ServingContext {
   net::io_context* ioc = nullptr;
+  net::thread_pool* workers = nullptr;  // CPU-heavy work: decoding, templates, large responses
   AsyncLLMEngine* async = nullptr;  // set once the model is loaded
   LLMEngine* engine = nullptr;      // for its immutable parts: config, tokenizer, chat template
   std::string model_name;           // what /v1/models lists and requests must name
@@ -35,8 +37,12 @@ inline HttpResponse error_response(const ApiError& e) {
   return json_response(http::status(e.status), e.to_json());
 }
 
-// Starts answering a completions (chat = false) or chat completions request.
-void handle_generation(ServingContext& ctx, const std::shared_ptr<HttpSession>& session,
-                       const HttpRequest& request, bool chat);
+// POST /tokenize and /detokenize (serving_tokenize.cpp). Throw ApiError.
+HttpResponse tokenize_response(std::string_view body, const ModelView& model);
+HttpResponse detokenize_response(std::string_view body, const ModelView& model);
+
+// Starts answering a decoded completions or chat completions request (io thread). Throws ApiError
+// if the engine refuses it.
+void start_generation(ServingContext& ctx, const std::shared_ptr<HttpSession>& session, DecodedRequest decoded);
 
 }  // namespace nanovllm::server

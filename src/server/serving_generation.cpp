@@ -8,80 +8,15 @@
 
 namespace nanovllm::server {
 
-void GenerationJob::prepare_prompts() {
-  const Tokenizer& tok = tokenizer();
-  if (req_.chat) {
-    std::string text;
-    try {
-      Json tools = req_.tool_choice == "none" ? Json(nullptr) : req_.tools;
-      text = ctx_.engine->chat_template().render(req_.messages, tools, req_.add_generation_prompt,
-                                                 req_.chat_template_kwargs);
-    } catch (const Error& e) {
-      throw ApiError(400, "invalid_request_error", fmt::format("chat template: {}", e.what()), "messages");
-    }
-    if (req_.continue_final_message) {
-      // The template closes the last message; continue it instead: cut at its content's end.
-      const Json& last = req_.messages.back();
-      if (last.value("role", "") == "assistant" && last["content"].is_string()) {
-        const std::string& content = last["content"].get_ref<const std::string&>();
-        size_t at = text.rfind(content);
-        if (at != std::string::npos) text.resize(at + content.size());
-      }
-    }
-    starts_in_reasoning_ = text.size() >= 8 && text.rfind("<think>") != std::string::npos &&
-                           text.find("</think>", text.rfind("<think>")) == std::string::npos;
-    prompt_ids_.push_back(tok.encode(text));
-    prompt_texts_.push_back(std::move(text));
-    return;
-  }
-  for (PromptInput& p : req_.prompts) {
-    if (p.is_tokens) {
-      prompt_texts_.push_back(req_.echo ? tok.decode(p.token_ids) : "");
-      prompt_ids_.push_back(std::move(p.token_ids));
-    } else {
-      prompt_ids_.push_back(tok.encode(p.text));
-      prompt_texts_.push_back(std::move(p.text));
-    }
-  }
-}
-
 void GenerationJob::start() {
-  if (!req_.model.empty() && req_.model != ctx_.model_name) {
-    throw ApiError(404, "not_found_error",
-                   fmt::format("The model '{}' does not exist (this server serves '{}')", req_.model, ctx_.model_name),
-                   "model", "model_not_found");
-  }
-  prepare_prompts();
-  const int max_model_len = ctx_.engine->config().max_model_len;
-  std::vector<std::vector<int32_t>> prompts;
-  std::vector<SamplingParams> params;
+  std::vector<std::vector<int32_t>> prompts = prompt_ids_;  // one engine request of n samples per
+  // prompt: they share the prompt's blocks; sample i's seed is sample_seed(seed, i)
+  // (runtime/sampling_rng.h), as LLM::generate derives it.
   const int n = req_.params.n;
-  for (size_t p = 0; p < prompt_ids_.size(); ++p) {
-    const int len = int(prompt_ids_[p].size());
-    if (len == 0) bad_request(req_.chat ? "messages" : "prompt", "the prompt is empty");
-    if (len >= max_model_len) {
-      bad_request(req_.chat ? "messages" : "prompt",
-                  "This model's maximum context length is {} tokens, but the prompt has {} tokens",
-                  max_model_len, len);
-    }
-    SamplingParams sp = req_.params;
-    if (!req_.max_tokens_given) {
-      sp.max_tokens = req_.chat ? max_model_len - len : std::min(16, max_model_len - len);
-    } else if (int64_t(len) + sp.max_tokens > max_model_len) {
-      bad_request("max_tokens",
-                  "This model's maximum context length is {} tokens. However, you requested {} tokens "
-                  "({} in the prompt, {} in the completion)", max_model_len, int64_t(len) + sp.max_tokens,
-                  len, sp.max_tokens);
-    }
-    // One engine request of n samples: they share the prompt's blocks; sample i's seed is
-    // sample_seed(seed, i) (runtime/sampling_rng.h), as LLM::generate derives it.
-    prompts.push_back(prompt_ids_[p]);
-    params.push_back(sp);
-  }
   RequestOptions options;
   options.skip_special_tokens = req_.params.skip_special_tokens;
   try {
-    streams_ = ctx_.async->add_requests(std::move(prompts), params, options);
+    streams_ = ctx_.async->add_requests(std::move(prompts), params_, options);
   } catch (const Error& e) {
     bad_request("", "{}", e.what());
   }
@@ -233,13 +168,11 @@ void GenerationJob::stream_delta(Choice& c, RequestEvent& e) {
   if (ended) finish_choice_stream(c);
 }
 
-void handle_generation(ServingContext& ctx, const std::shared_ptr<HttpSession>& session,
-                       const HttpRequest& request, bool chat) {
-  OpenAIRequest req = parse_openai_request(request.body(), chat, ctx.limits);
-  auto job = std::make_shared<GenerationJob>(ctx, session, std::move(req));
+void start_generation(ServingContext& ctx, const std::shared_ptr<HttpSession>& session, DecodedRequest decoded) {
+  auto job = std::make_shared<GenerationJob>(ctx, session, std::move(decoded));
   try {
     job->start();
-  } catch (const Error& e) {  // from the tokenizer or the engine's checks
+  } catch (const Error& e) {  // the engine's checks
     throw ApiError(400, "invalid_request_error", e.what());
   }
 }

@@ -94,12 +94,25 @@ void GenerationJob::complete() {
     session_->end_stream();
     return;
   }
+  // A large response (many tokens, or logprobs) is encoded on a worker thread: from here on only
+  // that thread touches the job (on_events returns at completed_), then the io thread sends.
+  int64_t tokens = 0;
+  for (const Choice& c : choices_) tokens += c.completion_tokens;
+  if (tokens < kInlineResponseTokens && !req_.params.logprobs && !req_.echo) {
+    session_->send(whole_response());
+    return;
+  }
+  net::post(*ctx_.workers, [self = shared_from_this()] {
+    HttpResponse res = self->whole_response();
+    net::post(*self->ctx_.ioc, [self, res = std::move(res)]() mutable { self->session_->send(std::move(res)); });
+  });
+}
+
+HttpResponse GenerationJob::whole_response() {
   Json choices = Json::array();
   for (Choice& c : choices_) {
     if (c.finish_reason == "error") {
-      session_->send(error_response(ApiError(500, "internal_server_error",
-                                             c.error.empty() ? "generation failed" : c.error)));
-      return;
+      return error_response(ApiError(500, "internal_server_error", c.error.empty() ? "generation failed" : c.error));
     }
     Json lp = req_.params.logprobs ? logprobs_json(c.logprobs, c) : Json(nullptr);
     if (req_.chat) {
@@ -136,7 +149,7 @@ void GenerationJob::complete() {
   }
   Json body = {{"id", id_}, {"object", req_.chat ? "chat.completion" : "text_completion"},
                {"created", created_}, {"model", ctx_.model_name}, {"choices", choices}, {"usage", usage()}};
-  session_->send(json_response(http::status::ok, body));
+  return json_response(http::status::ok, body);
 }
 
 }  // namespace nanovllm::server

@@ -1,5 +1,6 @@
 #include "tokenizer/tokenizer.h"
 
+#include <algorithm>
 #include <deque>
 
 #include "tokenizer/tokenizer_impl.h"
@@ -13,13 +14,13 @@ Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
 Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 Tokenizer::~Tokenizer() = default;
 
-std::vector<int32_t> Tokenizer::encode(std::string_view text, bool parse_special) const {
+std::vector<int32_t> Tokenizer::encode(std::string_view text, bool parse_special, size_t max_ids) const {
   const TokenizerImpl& t = *impl_;
   if (const size_t bad = utf8::find_invalid(text); bad != std::string_view::npos) {
     fail("Tokenizer::encode: text is not valid UTF-8 (byte {} of {})", bad, text.size());
   }
   std::vector<int32_t> ids;
-  ids.reserve(text.size() / 3 + 1);
+  ids.reserve(std::min(text.size() / 3 + 1, max_ids));
   std::vector<Segment> segments, sub_segments;
   std::vector<std::string_view> pieces;
   std::deque<std::string> arena;
@@ -27,12 +28,16 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool parse_special
   const auto encode_plain = [&](std::string_view s) {
     pieces.clear();
     pre_tokenize(t.pre_tokenize_steps, s, pieces, arena);
-    for (std::string_view piece : pieces) t.bpe->encode_piece(piece, ids);
+    for (std::string_view piece : pieces) {
+      if (ids.size() > max_ids) break;
+      t.bpe->encode_piece(piece, ids);
+    }
     arena.clear();
   };
 
   t.raw_matcher->split(text, parse_special, segments);
   for (const Segment& seg : segments) {
+    if (ids.size() > max_ids) break;
     if (seg.id >= 0) {
       ids.push_back(seg.id);
       continue;
@@ -47,6 +52,7 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool parse_special
     sub_segments.clear();
     t.normalized_matcher->split(s, parse_special, sub_segments);
     for (const Segment& sub : sub_segments) {
+      if (ids.size() > max_ids) break;
       if (sub.id >= 0) {
         ids.push_back(sub.id);
       } else {

@@ -35,7 +35,11 @@ class Tokenizer {
   // parse_special = false: text that spells a *special* added token is encoded as plain
   // text, while non-special added tokens (Qwen's <tool_call>, <think>, ...) are still split
   // out. This is HF's `encode_special_tokens = true` (transformers' split_special_tokens).
-  std::vector<int32_t> encode(std::string_view text, bool parse_special = true) const;
+  // max_ids: stop once more than max_ids ids are made (a caller that refuses longer prompts
+  // need not encode all of a huge text); the result then has more than max_ids ids, a prefix of
+  // some length of the full encoding.
+  std::vector<int32_t> encode(std::string_view text, bool parse_special = true,
+                              size_t max_ids = SIZE_MAX) const;
 
   // Text of `ids`. Unknown ids are skipped (as HF does); skip_special_tokens drops special
   // added tokens. Bytes that are not valid UTF-8 become U+FFFD, one per maximal invalid

@@ -91,8 +91,12 @@ TEST_P(CudaEngine, GreedyTokensMatchReference) {
   const std::string model = test::tiny_model(GetParam());
   ref::ReferenceModel reference(model, ref::Precision::kBf16Storage);
   const Prompts prompts = random_prompts(12, reference.config().vocab_size, 1, 48, 11);
+  // Random weights tie often: every divergence must be at a reference near-tie (the real check);
+  // how many prompts run 32 tokens without meeting one varies by machine (tiny-qwen2 under the
+  // emulator: 8 of 12 where it was first measured, 5 of 12 on a 2-core Zen 3, every divergence at
+  // a reference gap under 3e-2).
   test::expect_reference_tokens(generate(cuda_config(model), prompts, greedy_params(32)), prompts,
-                                reference, 32, 3e-2, 8, "cuda greedy");
+                                reference, 32, 3e-2, 4, "cuda greedy");
 }
 
 // Graphs on vs off: the same tokens, greedy and seeded sampling (decode batches padded to a

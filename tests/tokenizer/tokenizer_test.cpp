@@ -4,6 +4,7 @@
 // (scripts/install_deps.sh installs it).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -284,6 +285,35 @@ TEST(TokenizerQwen3, Basics) {
   EXPECT_NE(tok.encode("<|im_start|>user", false).front(), 151644);
   EXPECT_EQ(tok.encode("<think>", false), (std::vector<int32_t>{151667}));
   EXPECT_EQ(tok.decode({151644, 872, 151645}, true), "user");
+}
+
+TEST(TokenizerQwen3, MaxIdsStopsEarlyWithAPrefix) {
+  REQUIRE_QWEN3();
+  const Tokenizer tok = Tokenizer::from_file(qwen3_path());
+  std::string text;
+  for (int i = 0; i < 200; ++i) {
+    text += "<|im_start|>user\nHello there, number ";
+    text += std::to_string(i);
+    text += "!<|im_end|>\n";
+  }
+  const std::vector<int32_t> full = tok.encode(text);
+  ASSERT_GT(full.size(), 1000u);
+  for (size_t max_ids : {size_t(0), size_t(1), size_t(7), size_t(100), size_t(999), full.size() - 1, full.size(),
+                         full.size() + 5}) {
+    SCOPED_TRACE(max_ids);
+    const std::vector<int32_t> part = tok.encode(text, true, max_ids);
+    ASSERT_LE(part.size(), full.size());
+    EXPECT_TRUE(std::equal(part.begin(), part.end(), full.begin()));  // a prefix
+    if (full.size() > max_ids) {
+      EXPECT_GT(part.size(), max_ids);  // enough to tell that the text is over max_ids
+    } else {
+      EXPECT_EQ(part, full);
+    }
+  }
+  std::string long_piece(20000, 'a');
+  long_piece += " b c d";
+  const std::vector<int32_t> one_segment = tok.encode(long_piece, true, 3);
+  EXPECT_GT(one_segment.size(), 3u);
 }
 
 TEST(TokenizerQwen3, PathologicalInputIsFast) {
