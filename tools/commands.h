@@ -28,5 +28,6 @@ void add_bench_serve(CLI::App& app, Commands& commands);
 void add_serve(CLI::App& app, Commands& commands);
 void add_chat(CLI::App& app, Commands& commands);
 void add_tokenize(CLI::App& app, Commands& commands);
+void add_perplexity(CLI::App& app, Commands& commands);
 
 }  // namespace nanovllm::cli

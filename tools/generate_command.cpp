@@ -1,3 +1,4 @@
+#include <cmath>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -39,6 +40,19 @@ std::vector<int32_t> parse_token_ids(const std::string& text) {
   return ids;
 }
 
+// [{"token_id", "logprob", "rank", "top": [[id, logprob], ...]}, ...] (non-finite logprobs as null)
+nlohmann::json logprobs_json(const std::vector<StepLogprobs>& lps) {
+  auto value = [](float v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); };
+  nlohmann::json out = nlohmann::json::array();
+  for (const StepLogprobs& lp : lps) {
+    nlohmann::json top = nlohmann::json::array();
+    for (const Logprob& t : lp.top) top.push_back({t.token_id, value(t.logprob)});
+    out.push_back({{"token_id", lp.sampled.token_id}, {"logprob", value(lp.sampled.logprob)}, {"rank", lp.rank},
+                   {"top", top}});
+  }
+  return out;
+}
+
 void add_generate(CLI::App& app, Commands& commands) {
   auto* cmd = app.add_subcommand("generate", "generate completions for prompts");
   struct Args {
@@ -60,6 +74,11 @@ void add_generate(CLI::App& app, Commands& commands) {
   cmd->add_flag("--ignore-eos", a->params.ignore_eos, "do not stop at eos");
   auto* seed = cmd->add_option("--seed", a->seed, "sampling seed: the same seed gives the same tokens (prompt i uses seed + i)")
                    ->default_str("none: every run differs");
+  cmd->add_option("--logprobs", a->params.logprobs, "per generated token: its logprob and this many top ones (0..20; --json)")
+      ->default_str("none");
+  cmd->add_option("--prompt-logprobs", a->params.prompt_logprobs,
+                  "per prompt token after the first: its logprob and this many top ones (0..20, -1: all; --json)")
+      ->default_str("none");
   cmd->add_flag("--json", a->json, "print one JSON array on stdout");
   on_run(cmd, commands, [a, seed] {
     if (a->prompt_ids.empty() && a->prompts.empty()) fail("generate: give --prompt or --prompt-ids");
@@ -79,6 +98,8 @@ void add_generate(CLI::App& app, Commands& commands) {
         nlohmann::json e = {{"token_ids", o.token_ids}, {"finish_reason", o.finish_reason}};
         if (llm.engine().tokenizer()) e["text"] = o.text;
         if (!o.error.empty()) e["error"] = o.error;
+        if (a->params.logprobs) e["logprobs"] = logprobs_json(o.logprobs);
+        if (a->params.prompt_logprobs) e["prompt_logprobs"] = logprobs_json(o.prompt_logprobs);
         j.push_back(e);
       }
       // Generated text may end inside a UTF-8 sequence: invalid bytes print as U+FFFD.

@@ -38,6 +38,7 @@ int main(int argc, char** argv) {
   nanovllm::cli::add_serve(app, commands);
   nanovllm::cli::add_chat(app, commands);
   nanovllm::cli::add_tokenize(app, commands);
+  nanovllm::cli::add_perplexity(app, commands);
   if (argc < 2) {  // no subcommand: the usage, on stderr, and the status of a usage error
     std::cerr << app.help();
     return 2;

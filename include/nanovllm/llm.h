@@ -30,6 +30,9 @@ struct GenerationOutput {
   std::string stop_reason;         // the stop string that ended it, if one did
   std::vector<StepLogprobs> logprobs;  // one per token of token_ids when SamplingParams::logprobs
                                        // is set, else empty
+  // SamplingParams::prompt_logprobs: one per prompt token after the first (entry i is prompt
+  // token i + 1 given tokens 0..i; vLLM's list without its leading None), else empty.
+  std::vector<StepLogprobs> prompt_logprobs;
   // n > 1: all n samples, in order (samples[0] repeats the fields above); empty when n == 1.
   std::vector<GenerationOutput> samples;
 };

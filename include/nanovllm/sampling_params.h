@@ -53,6 +53,13 @@ struct SamplingParams {
   // tokens' logprobs, from the raw log-softmax of the model's logits (before any processing,
   // vLLM's default). Unset: none.
   std::optional<int> logprobs;
+  // Per prompt token after the first: its logprob given the tokens before it, its rank, and the
+  // `prompt_logprobs` most likely tokens (vLLM's SamplingParams.prompt_logprobs), from the same
+  // raw log-softmax. [0, 20], or -1 for the whole vocabulary (what perplexity's KL divergence
+  // needs). Such a request computes its whole prompt: it takes no prefix-cache hits for the
+  // tokens it scores (vLLM v1 skips the cache too), though its blocks feed the cache for others.
+  // With n > 1, sample 0 alone reports them (the prompt is the same).
+  std::optional<int> prompt_logprobs;
   bool skip_special_tokens = true;  // decode output text without special tokens
 };
 

@@ -50,6 +50,7 @@ class SamplingParams:
     stop_token_ids: Optional[list] = None
     include_stop_str_in_output: bool = False
     logprobs: Optional[int] = None           # [0, 20] top logprobs per token
+    prompt_logprobs: Optional[int] = None    # [0, 20] (or -1: all) per prompt token, vLLM's field
     skip_special_tokens: bool = True
 
     def __post_init__(self):
@@ -68,6 +69,7 @@ class SamplingParams:
         _check_type("n", self.n, (int,))
         _check_type("min_tokens", self.min_tokens, (int,))
         _check_type("logprobs", self.logprobs, (int,), optional=True)
+        _check_type("prompt_logprobs", self.prompt_logprobs, (int,), optional=True)
         errors = self.validation_errors()
         if errors:
             raise ValueError(errors[0][1])
@@ -114,6 +116,9 @@ class SamplingParams:
             bad("stop", "stop: a stop string must not be empty")
         if self.logprobs is not None and not (0 <= self.logprobs <= 20):
             bad("logprobs", f"logprobs must be in [0, 20], got {self.logprobs}")
+        if self.prompt_logprobs is not None and not (-1 <= self.prompt_logprobs <= 20):
+            bad("prompt_logprobs", f"prompt_logprobs must be in [0, 20] or -1 (the whole vocabulary), "
+                                   f"got {self.prompt_logprobs}")
         if self.seed is not None and not (0 <= self.seed < 2**64):
             bad("seed", f"seed must be in [0, 2^64), got {self.seed}")
         return out
@@ -138,5 +143,6 @@ class SamplingParams:
         c.stop_token_ids = list(self.stop_token_ids or [])
         c.include_stop_str_in_output = self.include_stop_str_in_output
         c.logprobs = self.logprobs
+        c.prompt_logprobs = self.prompt_logprobs
         c.skip_special_tokens = self.skip_special_tokens
         return c

@@ -58,6 +58,7 @@ void bind_sampling_params(py::module_& m) {
       .def_readwrite("stop", &SamplingParams::stop)
       .def_readwrite("include_stop_str_in_output", &SamplingParams::include_stop_str_in_output)
       .def_readwrite("logprobs", &SamplingParams::logprobs)
+      .def_readwrite("prompt_logprobs", &SamplingParams::prompt_logprobs)
       .def_readwrite("skip_special_tokens", &SamplingParams::skip_special_tokens);
 }
 

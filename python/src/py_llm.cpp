@@ -61,6 +61,12 @@ py::dict output_dict(const GenerationOutput& o) {
   if (!o.error.empty()) d["error"] = py::str(o.error);
   if (!o.stop_reason.empty()) d["stop_reason"] = py::str(o.stop_reason);
   if (!o.logprobs.empty()) d["logprobs"] = logprobs_list(o.logprobs);
+  if (!o.prompt_logprobs.empty()) {  // vLLM's shape: None for the first prompt token
+    py::list prompt;
+    prompt.append(py::none());
+    for (const auto& item : logprobs_list(o.prompt_logprobs)) prompt.append(item);
+    d["prompt_logprobs"] = prompt;
+  }
   if (!o.samples.empty()) {
     py::list samples;
     for (const GenerationOutput& s : o.samples) samples.append(output_dict(s));

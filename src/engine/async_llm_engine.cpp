@@ -252,6 +252,8 @@ void AsyncLLMEngine::run_step() {
   std::vector<int64_t> order;                         // seq ids, in the step's order
   int64_t new_prompt_tokens = 0, new_tokens = 0;
   std::vector<double> ttfts, itls;
+  std::unordered_map<int64_t, std::vector<StepLogprobs>*> prompt_logprobs;  // by seq id
+  for (auto& [seq_id, lps] : r.prompt_logprobs) prompt_logprobs[seq_id] = &lps;
   for (size_t k = 0; k < r.new_tokens.size(); ++k) {
     auto [seq_id, token] = r.new_tokens[k];
     auto rit = request_of_seq_.find(seq_id);
@@ -265,6 +267,10 @@ void AsyncLLMEngine::run_step() {
     e.index = index;
     e.token_ids.push_back(token);
     if (a.logprobs && k < r.new_logprobs.size()) e.logprobs.push_back(r.new_logprobs[k]);
+    if (auto pit = prompt_logprobs.find(seq_id); pit != prompt_logprobs.end()) {
+      e.prompt_logprobs = std::move(*pit->second);
+      prompt_logprobs.erase(pit);
+    }
     if (s.detokenizer) e.text += s.detokenizer->add(token);
     if (a.num_completion_tokens == 0) {  // the request's first token: its prompt is computed
       ttfts.push_back(seconds(now - a.arrival));

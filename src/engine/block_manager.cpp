@@ -60,8 +60,12 @@ int32_t BlockManager::hash_to_block_id(uint64_t hash) const {
 std::vector<int32_t> BlockManager::find_cached_blocks(const Sequence& seq) const {
   std::vector<int32_t> hits;
   if (!enable_prefix_caching_) return hits;
-  // Only blocks that end before the last token: at least one token is computed.
+  // Only blocks that end before the last token: at least one token is computed. A sequence that
+  // wants prompt logprobs computes every row it has not scored yet.
   int num_candidates = (seq.num_tokens() - 1) / block_size_;
+  if (seq.needs_prompt_logprobs()) {
+    num_candidates = std::min(num_candidates, int(seq.prompt_logprobs.size()) / block_size_);
+  }
   std::optional<uint64_t> prefix;
   uint64_t prev_cache_id = 0;
   for (int i = 0; i < num_candidates; ++i) {

@@ -75,6 +75,7 @@ std::vector<GenerationOutput> LLM::generate(const std::vector<std::vector<int32_
       job->params = param(i);
       job->params.n = 1;
       if (k > 0 && job->params.seed) job->params.seed = sample_seed(*job->params.seed, k);
+      if (k > 0) job->params.prompt_logprobs.reset();  // sample 0 reports the prompt's
       if (!job->params.stop.empty()) {
         job->stop.emplace(job->params.stop, job->params.include_stop_str_in_output);
         job->detokenizer.emplace(*tokenizer, job->params.skip_special_tokens);
@@ -124,6 +125,7 @@ std::vector<GenerationOutput> LLM::generate(const std::vector<std::vector<int32_
     for (size_t i = 0; i < prompts.size(); ++i) submit(*jobs[first_job[i]]);
     auto handle = [&](Job& job, const RequestEvent& e) {
       GenerationOutput& out = job.out;
+      if (!e.prompt_logprobs.empty()) out.prompt_logprobs = e.prompt_logprobs;
       if (!job.stopped) {
         std::string shown;
         if (!job.stop) {

@@ -125,6 +125,9 @@ StepResult LLMEngine::step() {
       const int num_decodes = is_prefill ? scheduler_->num_decode_seqs() : int(seqs.size());
       std::vector<int32_t> token_ids =
           model_runner_->run(seqs, is_prefill, is_prefill ? num_decodes : 0);
+      for (const auto& [index, lp] : model_runner_->last_prompt_logprobs()) {
+        seqs[size_t(index)]->prompt_logprobs.push_back(lp);
+      }
       std::vector<int> before(seqs.size());
       for (size_t i = 0; i < seqs.size(); ++i) before[i] = seqs[i]->num_tokens();
       scheduler_->postprocess(seqs, token_ids, is_prefill);
@@ -132,7 +135,14 @@ StepResult LLMEngine::step() {
       for (size_t i = size_t(num_decodes); i < seqs.size(); ++i)
         result.num_prefill_tokens += seqs[i]->num_scheduled_tokens;
       for (size_t i = 0; i < seqs.size(); ++i) {
-        if (seqs[i]->num_tokens() > before[i]) result.new_tokens.emplace_back(seqs[i]->seq_id, token_ids[i]);
+        Sequence& s = *seqs[i];
+        if (s.num_tokens() <= before[i]) continue;
+        result.new_tokens.emplace_back(s.seq_id, token_ids[i]);
+        if (s.sampling.prompt_logprobs && !s.prompt_logprobs_reported) {  // its prompt is done
+          s.prompt_logprobs_reported = true;
+          result.prompt_logprobs.emplace_back(s.seq_id, std::move(s.prompt_logprobs));
+          s.prompt_logprobs.clear();
+        }
       }
     } catch (const std::exception& e) {
       scheduler_->abort_step(seqs, fmt::format("the step failed: {}", e.what()));

@@ -25,6 +25,9 @@ struct StepResult {
   // Empty when no sequence of the step asked for logprobs; else one per new_tokens entry (empty
   // StepLogprobs for a sequence that did not ask).
   std::vector<StepLogprobs> new_logprobs;
+  // SamplingParams::prompt_logprobs of the sequences whose prompt was completed this step (with
+  // their first token): (seq_id, one per prompt token after the first).
+  std::vector<std::pair<int64_t, std::vector<StepLogprobs>>> prompt_logprobs;
   int num_prefill_tokens = 0;  // tokens computed by a prefill step
   int num_decode_tokens = 0;   // sequences advanced by a decode step
 };

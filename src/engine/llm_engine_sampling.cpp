@@ -67,6 +67,10 @@ void LLMEngine::validate(const std::vector<int32_t>& prompt, const SamplingParam
   if (p.logprobs && (*p.logprobs < 0 || *p.logprobs > kMaxLogprobs)) {
     fail("logprobs must be in [0, {}], got {}", kMaxLogprobs, *p.logprobs);
   }
+  if (p.prompt_logprobs && (*p.prompt_logprobs < -1 || *p.prompt_logprobs > kMaxLogprobs)) {
+    fail("prompt_logprobs must be in [0, {}] or -1 (the whole vocabulary), got {}", kMaxLogprobs,
+         *p.prompt_logprobs);
+  }
 }
 
 ResolvedSampling LLMEngine::resolve(const SamplingParams& p, int64_t request_id) const {
@@ -95,6 +99,7 @@ ResolvedSampling LLMEngine::resolve(const SamplingParams& p, int64_t request_id)
                             r.min_tokens_mask.end());
   }
   r.logprobs = p.logprobs.value_or(-1);
+  r.prompt_logprobs = p.prompt_logprobs;
   r.n = p.n;
   return r;
 }
@@ -109,6 +114,7 @@ int64_t LLMEngine::add_request(std::vector<int32_t> prompt, const SamplingParams
     ResolvedSampling s = resolved;
     s.sample_index = i;
     s.seed = sample_seed(resolved.seed, i);
+    s.prompt_logprobs.reset();  // the prompt's logprobs come with sample 0
     auto seq = std::make_unique<Sequence>(id + i, prompt, s, config_.block_size);
     seq->request_id = id;
     siblings.push_back(std::move(seq));

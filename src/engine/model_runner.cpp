@@ -148,12 +148,25 @@ const HostBatch& ModelRunner::prepare_prefill(const std::vector<Sequence*>& seqs
   b.cu_seqlens_q.push_back(0);
   b.cu_seqlens_k.push_back(0);
   NV_CHECK(int(seqs.size()) <= config_.max_num_seqs, "{} seqs in a step", seqs.size());
-  for (const Sequence* seq : seqs) {
+  prompt_row_seq_.clear(), prompt_row_target_.clear(), prompt_row_top_.clear();
+  for (size_t s = 0; s < seqs.size(); ++s) {
+    const Sequence* seq = seqs[s];
     const int start = seq->num_cached_tokens;
     const int end = start + seq->num_scheduled_tokens;
     NV_CHECK(seq->num_scheduled_tokens > 0 && end <= seq->num_tokens());
     NV_CHECK(b.input_ids.size() + size_t(end - start) <= size_t(max_tokens_),
              "a prefill of more than {} tokens", max_tokens_);
+    if (seq->needs_prompt_logprobs()) {  // row p scores prompt token p + 1
+      const int first = int(seq->prompt_logprobs.size());
+      NV_CHECK(start <= first, "seq {}: rows {}.. are cached but not scored", seq->seq_id, start);
+      const int top = *seq->sampling.prompt_logprobs < 0 ? vocab_size_ : *seq->sampling.prompt_logprobs;
+      for (int p = first; p < std::min(end, seq->num_prompt_tokens - 1); ++p) {
+        b.logit_rows.push_back(int32_t(b.input_ids.size()) + (p - start));
+        prompt_row_seq_.push_back(int(s));
+        prompt_row_target_.push_back(seq->token_ids[size_t(p) + 1]);
+        prompt_row_top_.push_back(top);
+      }
+    }
     for (int i = start; i < end; ++i) {
       b.input_ids.push_back(seq->token_ids[i]);
       b.positions.push_back(i);
@@ -283,31 +296,52 @@ std::vector<int32_t> ModelRunner::execute(const std::vector<LayerKVCache>& kv_ca
     logits = model_->forward(batch_, kv_cache);
   }
   if (tp_ > 1) {
-    logits = gather_logits(logits, batch_.num_seqs);
-    if (comm_->rank() != 0) return {};  // rank 0 alone samples
+    logits = gather_logits(logits, batch_.num_seqs, gathered_buf_, full_logits_buf_);
+    if (comm_->rank() != 0) {  // rank 0 alone samples
+      score_prompt_rows();
+      return {};
+    }
   }
   last_logits_ = logits.slice_rows(0, num_sampled);  // padded lanes dropped
   Tensor sampled = sampled_buf_.as(DType::I32, {num_sampled});
   backend_.sample(sampled, last_logits_, batch_);
   std::vector<int32_t> token_ids(static_cast<size_t>(num_sampled));
   backend_.download(token_ids.data(), sampled);
+  score_prompt_rows();
   return token_ids;
+}
+
+void ModelRunner::score_prompt_rows() {
+  prompt_logprobs_.clear();
+  const std::vector<int32_t>& rows = host_.logit_rows;
+  const bool root = tp_ == 1 || comm_->rank() == 0;
+  std::vector<StepLogprobs> out;
+  for (size_t g = 0; g < rows.size(); g += Qwen3Model::kMaxLogitRows) {
+    const int n = int(std::min(rows.size() - g, size_t(Qwen3Model::kMaxLogitRows)));
+    Tensor logits = model_->row_logits(rows.data() + g, n);  // f32 [n, V/tp]
+    if (tp_ > 1) logits = gather_logits(logits, n, prompt_gathered_buf_, prompt_full_buf_);
+    if (!root) continue;
+    const std::vector<int32_t> targets(prompt_row_target_.begin() + int64_t(g), prompt_row_target_.begin() + int64_t(g) + n);
+    const std::vector<int32_t> tops(prompt_row_top_.begin() + int64_t(g), prompt_row_top_.begin() + int64_t(g) + n);
+    backend_.compute_logprobs(logits, targets, tops, out);
+    for (int i = 0; i < n; ++i) prompt_logprobs_.emplace_back(prompt_row_seq_[g + size_t(i)], std::move(out[size_t(i)]));
+  }
 }
 
 // Rank r's logits are the vocab ids [r V/tp, (r+1) V/tp): gathered to rank 0 as [tp, n, V/tp]
 // (over the data communicator, on the device), then copied into the columns of [n, V].
-Tensor ModelRunner::gather_logits(Tensor local, int n) {
+Tensor ModelRunner::gather_logits(Tensor local, int n, Buffer& gathered_buf, Buffer& full_buf) {
   const int64_t vl = model_config_.vocab_size, chunk = int64_t(n) * vl;
   const bool root = comm_->rank() == 0;
   const size_t gathered_bytes = size_t(root ? tp_ * chunk : 1) * sizeof(float);
-  if (gathered_buf_.bytes() < gathered_bytes) gathered_buf_ = backend_.alloc(gathered_bytes);
-  Tensor gathered = gathered_buf_.as(DType::F32, {root ? tp_ * chunk : 1});
+  if (gathered_buf.bytes() < gathered_bytes) gathered_buf = backend_.alloc(gathered_bytes);
+  Tensor gathered = gathered_buf.as(DType::F32, {root ? tp_ * chunk : 1});
   data_comm_->gather(local.slice_rows(0, n).view({chunk}), gathered, 0,
                      std::vector<int64_t>(size_t(tp_), chunk));
   if (!root) return {};
   const size_t full_bytes = size_t(n) * size_t(vocab_size_) * sizeof(float);
-  if (full_logits_buf_.bytes() < full_bytes) full_logits_buf_ = backend_.alloc(full_bytes);
-  Tensor full = full_logits_buf_.as(DType::F32, {int64_t(n), int64_t(vocab_size_)});
+  if (full_buf.bytes() < full_bytes) full_buf = backend_.alloc(full_bytes);
+  Tensor full = full_buf.as(DType::F32, {int64_t(n), int64_t(vocab_size_)});
   for (int64_t r = 0; r < tp_; ++r) {
     Tensor part = gathered.slice_rows(r * chunk, (r + 1) * chunk).view({int64_t(n), vl});
     backend_.copy(full.slice_last(r * vl, (r + 1) * vl), part);

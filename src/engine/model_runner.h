@@ -81,6 +81,10 @@ class ModelRunner {
 
   // Logits f32 [num_seqs, V] of the last run, on the device (valid until the next run).
   Tensor last_logits() const { return last_logits_; }
+  // The last run's prompt logprobs (SamplingParams::prompt_logprobs, rank 0): for each row a
+  // prefill chunk scored, in order, the index of its sequence in run()'s seqs and the logprobs of
+  // the prompt token after that row. A sequence's rows start at its prompt_logprobs.size().
+  const std::vector<std::pair<int, StepLogprobs>>& last_prompt_logprobs() const { return prompt_logprobs_; }
   int num_kv_blocks() const { return num_blocks_; }
   DType kv_cache_dtype() const { return kv_format_.dtype; }  // BF16 or F8E4M3
   size_t kv_block_bytes() const;  // bytes of one block over all layers, k and v
@@ -121,8 +125,10 @@ class ModelRunner {
   // `num_sampled` rows into the returned ids.
   std::vector<int32_t> execute(const std::vector<LayerKVCache>& kv_cache, int num_sampled);
   // Tensor parallel: gathers the ranks' logits f32 [n, V/tp] into [n, V] on rank 0 (returned;
-  // an empty tensor elsewhere).
-  Tensor gather_logits(Tensor local, int n);
+  // an empty tensor elsewhere), through the given buffers (grown as needed).
+  Tensor gather_logits(Tensor local, int n, Buffer& gathered_buf, Buffer& full_buf);
+  // The logits of host_.logit_rows (every rank), their logprobs into prompt_logprobs_ (rank 0).
+  void score_prompt_rows();
   void load_model(const Config& config, const ModelConfig& model_config);
   void warmup_model();
   void allocate_kv_cache();
@@ -156,6 +162,12 @@ class ModelRunner {
   Buffer sampled_buf_;                 // i32 [max_num_seqs]
   Tensor last_logits_;
   Buffer gathered_buf_, full_logits_buf_;  // tensor parallel, rank 0: [tp, B, V/tp], [B, V]
+  Buffer prompt_gathered_buf_, prompt_full_buf_;  // the same for the prompt rows' logits
+  // Rank 0: per entry of host_.logit_rows, its seq (index in run()'s seqs), the prompt token it
+  // scores and how many top logprobs to keep; then the results.
+  std::vector<int> prompt_row_seq_;
+  std::vector<int32_t> prompt_row_target_, prompt_row_top_;
+  std::vector<std::pair<int, StepLogprobs>> prompt_logprobs_;
 };
 
 }  // namespace nanovllm

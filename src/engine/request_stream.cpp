@@ -52,6 +52,7 @@ void RequestStream::push(RequestEvent event) {
       last.token_ids.insert(last.token_ids.end(), event.token_ids.begin(), event.token_ids.end());
       last.text += event.text;
       for (auto& lp : event.logprobs) last.logprobs.push_back(std::move(lp));
+      if (!event.prompt_logprobs.empty()) last.prompt_logprobs = std::move(event.prompt_logprobs);
       last.finished = event.finished;
       last.finish_reason = std::move(event.finish_reason);
       last.error = std::move(event.error);

@@ -27,6 +27,8 @@ struct RequestEvent {
   std::vector<int32_t> token_ids;        // tokens generated since the previous event
   std::string text;                      // text completed since the previous event
   std::vector<StepLogprobs> logprobs;    // one per token in token_ids, when requested
+  std::vector<StepLogprobs> prompt_logprobs;  // SamplingParams::prompt_logprobs: on sample 0's
+                                              // first event, one per prompt token after the first
   bool finished = false;                 // the last event of the stream (every sample ended)
   std::string finish_reason;             // sample `index` ended: "stop" | "length" | "abort" | "error"
   std::string error;                     // when finish_reason == "error"

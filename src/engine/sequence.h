@@ -1,10 +1,12 @@
 #pragma once
 // Sequence: one request's tokens and scheduling state (nano-vllm's engine/sequence.py).
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "nanovllm/logprobs.h"
 #include "nanovllm/sampling_params.h"
 
 namespace nanovllm {
@@ -30,6 +32,7 @@ struct ResolvedSampling {
   std::vector<int32_t> min_tokens_mask;  // masked while fewer than min_tokens were generated:
                                          // eos (unless ignore_eos) and stop_token_ids, sorted
   int logprobs = -1;                     // -1: none; else top logprobs per token (0..20)
+  std::optional<int> prompt_logprobs;    // top logprobs per prompt token (-1: the whole vocab)
   int n = 1;                             // samples of the request
   int sample_index = 0;                  // which of them this sequence is
 };
@@ -52,6 +55,10 @@ class Sequence {
   ResolvedSampling sampling;
   int block_size;
   int64_t request_id;                // the seq_id of sample 0 (== seq_id when n == 1)
+  // SamplingParams::prompt_logprobs: entry i is prompt token i + 1's, filled as prefill computes
+  // the rows (num_prompt_tokens - 1 entries once the prompt is done).
+  std::vector<StepLogprobs> prompt_logprobs;
+  bool prompt_logprobs_reported = false;
 
   int num_tokens() const { return int(token_ids.size()); }
   int num_completion_tokens() const { return num_tokens() - num_prompt_tokens; }
@@ -59,6 +66,11 @@ class Sequence {
   int num_cached_blocks() const { return num_cached_tokens / block_size; }
   int num_blocks() const { return (num_tokens() + block_size - 1) / block_size; }
   int last_block_num_tokens() const { return num_tokens() - (num_blocks() - 1) * block_size; }
+  // Prompt logprobs still to compute: rows from position prompt_logprobs.size() on.
+  bool needs_prompt_logprobs() const {
+    return sampling.prompt_logprobs && !prompt_logprobs_reported &&
+           int(prompt_logprobs.size()) < num_prompt_tokens - 1;
+  }
   // Token ids of block i (the last block may be partial).
   std::vector<int32_t> block(int i) const;
   void append_token(int32_t token_id);

@@ -28,20 +28,21 @@ TpCommand wait_command(Communicator& comm) {
 }
 
 void broadcast_batch(Communicator& comm, HostBatch& h) {
-  // Header: is_prefill, max_num_blocks, max_seqlen_q, max_seqlen_k, the 8 vector lengths, then
+  // Header: is_prefill, max_num_blocks, max_seqlen_q, max_seqlen_k, the 9 vector lengths, then
   // num_decode_seqs (a mixed step).
-  std::vector<int32_t>* fields[] = {&h.input_ids,    &h.positions,    &h.slot_mapping,
-                                    &h.cu_seqlens_q, &h.cu_seqlens_k, &h.context_lens,
-                                    &h.block_tables, &h.last_token_indices};
-  int32_t header[13] = {h.is_prefill, h.max_num_blocks, h.max_seqlen_q, h.max_seqlen_k};
-  for (int i = 0; i < 8; ++i) header[4 + i] = int32_t(fields[i]->size());
-  header[12] = h.num_decode_seqs;
-  comm.broadcast(Tensor::contiguous(header, DType::I32, {13}), 0);
+  constexpr int kFields = 9;
+  std::vector<int32_t>* fields[kFields] = {&h.input_ids,    &h.positions,    &h.slot_mapping,
+                                           &h.cu_seqlens_q, &h.cu_seqlens_k, &h.context_lens,
+                                           &h.block_tables, &h.last_token_indices, &h.logit_rows};
+  int32_t header[5 + kFields] = {h.is_prefill, h.max_num_blocks, h.max_seqlen_q, h.max_seqlen_k};
+  for (int i = 0; i < kFields; ++i) header[4 + i] = int32_t(fields[i]->size());
+  header[4 + kFields] = h.num_decode_seqs;
+  comm.broadcast(Tensor::contiguous(header, DType::I32, {5 + kFields}), 0);
   h.is_prefill = header[0] != 0;
-  h.num_decode_seqs = header[12];
+  h.num_decode_seqs = header[4 + kFields];
   h.max_num_blocks = header[1], h.max_seqlen_q = header[2], h.max_seqlen_k = header[3];
   int64_t total = 0;
-  for (int i = 0; i < 8; ++i) total += header[4 + i];
+  for (int i = 0; i < kFields; ++i) total += header[4 + i];
   std::vector<int32_t> flat;
   flat.reserve(size_t(total));
   if (comm.rank() == 0) {
@@ -52,7 +53,7 @@ void broadcast_batch(Communicator& comm, HostBatch& h) {
   if (total > 0) comm.broadcast(Tensor::contiguous(flat.data(), DType::I32, {total}), 0);
   if (comm.rank() == 0) return;
   size_t pos = 0;
-  for (int i = 0; i < 8; ++i) {
+  for (int i = 0; i < kFields; ++i) {
     fields[i]->assign(flat.begin() + int64_t(pos), flat.begin() + int64_t(pos) + header[4 + i]);
     pos += size_t(header[4 + i]);
   }

@@ -49,8 +49,9 @@ void Qwen3Model::reserve(int max_tokens, int max_seqs) {
   const int64_t q = int64_t(config_.num_attention_heads) * D;
   const DType act = backend_.activation_dtype();
   const int64_t a = int64_t(dtype_size(act));
-  const int64_t bytes = 64 * 8 + a * (T * (2 * H + qkv + q + 3 * I) + B * H) +
-                        4 * B * int64_t(config_.vocab_size);
+  const int64_t R = kMaxLogitRows;
+  const int64_t bytes = 64 * 11 + a * (T * (2 * H + qkv + q + 3 * I) + B * H + R * H) +
+                        4 * (B + R) * int64_t(config_.vocab_size) + 4 * R;
   workspace_ = backend_.alloc(size_t(bytes));
   char* cursor = static_cast<char*>(workspace_.data());
   const DeviceKind dev = backend_.device();
@@ -62,6 +63,9 @@ void Qwen3Model::reserve(int max_tokens, int max_seqs) {
   mlp_act_ = carve(cursor, act, {T, I}, dev);
   last_hidden_ = carve(cursor, act, {B, H}, dev);
   logits_ = carve(cursor, DType::F32, {B, config_.vocab_size}, dev);
+  row_ids_ = carve(cursor, DType::I32, {R}, dev);
+  row_hidden_ = carve(cursor, act, {R, H}, dev);
+  row_logits_ = carve(cursor, DType::F32, {R, config_.vocab_size}, dev);
   mixed_.reserve(backend_, max_seqs);
   capacity_tokens_ = int(T);
   capacity_seqs_ = int(B);
@@ -103,6 +107,17 @@ Tensor Qwen3Model::forward(const ForwardBatch& batch, const std::vector<LayerKVC
   backend_.gather_rows(last, hidden, batch.last_token_indices);
   Tensor logits = logits_.slice_rows(0, B);     // f32 [B, V]
   backend_.linear(logits, last, weights_.output_projection(), nullptr);
+  return logits;
+}
+
+Tensor Qwen3Model::row_logits(const int32_t* rows, int n) {
+  NV_CHECK(n >= 1 && n <= kMaxLogitRows && workspace_.data(), "row_logits of {} rows", n);
+  Tensor ids = row_ids_.slice_rows(0, n);  // i32 [n]
+  backend_.upload(ids, rows);
+  Tensor h = row_hidden_.slice_rows(0, n);  // [n, H] = hidden[rows]
+  backend_.gather_rows(h, hidden_, ids);
+  Tensor logits = row_logits_.slice_rows(0, n);  // f32 [n, V] = h @ lm_head^T
+  backend_.linear(logits, h, weights_.output_projection(), nullptr);
   return logits;
 }
 

@@ -27,6 +27,12 @@ class Qwen3Model {
   // runs attention_decode on its decode rows and attention_prefill on the rest (MixedBatch).
   Tensor forward(const ForwardBatch& batch, const std::vector<LayerKVCache>& kv_cache);
 
+  // Logits f32 [n, V] of rows `rows[0..n)` (indices into the last forward's tokens; n at most
+  // kMaxLogitRows) of that forward's final hidden states: prompt logprobs score every prompt
+  // token, not only the last. A view into the workspace, valid until the next call.
+  static constexpr int kMaxLogitRows = 16;
+  Tensor row_logits(const int32_t* rows, int n);
+
   const ModelConfig& config() const { return config_; }
 
  private:
@@ -49,6 +55,9 @@ class Qwen3Model {
   Tensor mlp_act_;          // act [T, I]
   Tensor last_hidden_;      // act [B, H]
   Tensor logits_;           // f32 [B, V]
+  Tensor row_ids_;          // i32 [R] (R = kMaxLogitRows): row_logits' rows
+  Tensor row_hidden_;       // act [R, H]
+  Tensor row_logits_;       // f32 [R, V]
   MixedBatch mixed_;        // a mixed step's attention sub-batches
 };
 

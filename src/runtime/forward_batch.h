@@ -35,6 +35,8 @@ struct HostBatch {
   std::vector<int32_t> block_tables;        // [num_seqs, max_num_blocks] block ids, -1 padded
                                             // (the width is the same every step)
   std::vector<int32_t> last_token_indices;  // [num_seqs] row (in [0, num_tokens)) of each seq's last token
+  std::vector<int32_t> logit_rows;          // [num_scored] rows whose logits prompt logprobs need
+                                            // (row p of a seq scores its token p + 1)
   int max_num_blocks = 0;                   // block_tables row width
   int max_seqlen_q = 0;
   int max_seqlen_k = 0;
@@ -51,6 +53,7 @@ struct HostBatch {
   void clear() {
     input_ids.clear(), positions.clear(), slot_mapping.clear(), cu_seqlens_q.clear();
     cu_seqlens_k.clear(), context_lens.clear(), block_tables.clear(), last_token_indices.clear();
+    logit_rows.clear();
     temperatures.clear(), top_k.clear(), top_p.clear(), seeds.clear(), sample_offsets.clear();
     max_num_blocks = max_seqlen_q = max_seqlen_k = num_decode_seqs = 0;
   }

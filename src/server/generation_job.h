@@ -78,6 +78,12 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
     return j.dump(-1, ' ', false, Json::error_handler_t::replace);
   }
   Json logprobs_json(const std::vector<StepLogprobs>& lps, Choice& c) const;
+  // Completions logprobs of choice c's echoed prompt: its tokens, null for the first one's
+  // logprob and top (vLLM's shape), then each prompt token's.
+  Json echo_logprobs_json(Choice& c) const;
+  static void append_logprobs(Json& into, const Json& more);
+  // vLLM's choice["prompt_logprobs"]: null, then {"<id>": {logprob, rank, decoded_token}} per token.
+  Json vllm_prompt_logprobs(int prompt_index) const;
   Json usage() const;
   std::string token_text(int32_t id) const { return tokenizer().decode({id}, false); }
   const Tokenizer& tokenizer() const { return ctx_.engine->require_tokenizer(); }
@@ -93,6 +99,7 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
   bool starts_in_reasoning_ = false;
   std::vector<std::shared_ptr<RequestStream>> streams_;  // one per prompt, n samples each
   std::vector<bool> stream_done_;
+  std::vector<std::vector<StepLogprobs>> prompt_logprobs_;  // per prompt, once computed
   std::vector<Choice> choices_;
   std::atomic<bool> posted_{false};
   std::string out_;  // SSE bytes to write

@@ -226,7 +226,15 @@ void parse_sampling(const Json& body, OpenAIRequest& r, const RequestLimits& lim
   if (auto v = get_int(body, "best_of", 1, limits.max_n)) {
     if (*v != p.n) bad_request("best_of", "'best_of' other than n is not supported");
   }
-  std::optional<int64_t> max_tokens = get_int(body, "max_tokens", 1, std::numeric_limits<int32_t>::max());
+  // max_tokens 0 is allowed with echo (the prompt and its logprobs alone, as vLLM).
+  std::optional<int64_t> max_tokens = get_int(body, "max_tokens", 0, std::numeric_limits<int32_t>::max());
+  if (max_tokens == 0) {
+    if (r.chat || !get_bool(body, "echo").value_or(false)) {
+      bad_request("max_tokens", "'max_tokens' must be >= 1 (0 only with 'echo': true), got 0");
+    }
+    r.echo_only = true;
+    max_tokens = 1;  // the engine computes the prompt and samples one token, which is not shown
+  }
   if (r.chat) {
     if (auto v = get_int(body, "max_completion_tokens", 1, std::numeric_limits<int32_t>::max())) max_tokens = v;
   }
@@ -289,6 +297,12 @@ void parse_sampling(const Json& body, OpenAIRequest& r, const RequestLimits& lim
     r.top_logprobs = int(top.value_or(0));
   } else if (auto v = get_int(body, "logprobs", 0, limits.max_logprobs)) {
     p.logprobs = int(*v);
+    if (get_bool(body, "echo").value_or(false)) p.prompt_logprobs = int(*v);  // echo shows them
+  }
+  // vLLM's extra field: each choice then has "prompt_logprobs" (None, then {id: {...}} per token).
+  if (auto v = get_int(body, "prompt_logprobs", 0, limits.max_logprobs)) {
+    r.return_prompt_logprobs = true;
+    p.prompt_logprobs = std::max(int(*v), p.prompt_logprobs.value_or(0));
   }
 }
 

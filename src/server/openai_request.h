@@ -40,8 +40,12 @@ struct OpenAIRequest {
   bool stream = false;
   bool include_usage = false;           // stream_options.include_usage
   bool continuous_usage_stats = false;  // stream_options.continuous_usage_stats
-  bool echo = false;                    // completions: the prompt is prepended to the text
+  bool echo = false;                    // completions: the prompt is prepended to the text (and,
+                                        // with logprobs, its tokens to the logprobs: vLLM's rule)
+  bool echo_only = false;               // completions: echo with max_tokens 0 (the prompt alone:
+                                        // lm-evaluation-harness's loglikelihood requests)
   int top_logprobs = 0;                 // chat: candidates per token when params.logprobs is set
+  bool return_prompt_logprobs = false;  // vLLM's `prompt_logprobs` field was given
 };
 
 struct RequestLimits {

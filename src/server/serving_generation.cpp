@@ -21,6 +21,7 @@ void GenerationJob::start() {
     bad_request("", "{}", e.what());
   }
   stream_done_.assign(streams_.size(), false);
+  prompt_logprobs_.assign(streams_.size(), {});
   const bool parse_tools = req_.chat && !req_.tools.is_null() && req_.tool_choice != "none";
   for (size_t i = 0; i < streams_.size() * size_t(n); ++i) {
     Choice c;
@@ -76,6 +77,12 @@ void GenerationJob::on_events() {
 }
 
 void GenerationJob::on_event(Choice& c, RequestEvent& e) {
+  if (!e.prompt_logprobs.empty()) prompt_logprobs_[size_t(c.prompt_index)] = std::move(e.prompt_logprobs);
+  if (req_.echo_only) {  // max_tokens 0: the token sampled after the prompt is not shown
+    e.token_ids.clear(), e.text.clear(), e.logprobs.clear();
+    e.num_sample_tokens = 0;
+    if (e.sample_finished() && e.finish_reason != "error") e.finish_reason = "length";
+  }
   c.completion_tokens = e.num_sample_tokens;
   const bool ended = e.sample_finished();
   if (c.stop) {
@@ -113,7 +120,13 @@ void GenerationJob::on_event(Choice& c, RequestEvent& e) {
 void GenerationJob::stream_delta(Choice& c, RequestEvent& e) {
   const bool want_logprobs = req_.params.logprobs.has_value();
   const bool ended = e.sample_finished();
-  Json lp = want_logprobs && !e.logprobs.empty() ? logprobs_json(e.logprobs, c) : Json(nullptr);
+  Json lp = nullptr;
+  if (!req_.chat && req_.echo && want_logprobs && !c.started) {  // the prompt's tokens come first
+    lp = echo_logprobs_json(c);
+    append_logprobs(lp, logprobs_json(e.logprobs, c));
+  } else if (want_logprobs && !e.logprobs.empty()) {
+    lp = logprobs_json(e.logprobs, c);
+  }
   if (!req_.chat) {
     std::string text = std::move(e.text);
     if (!c.started) {

@@ -54,6 +54,54 @@ Json GenerationJob::logprobs_json(const std::vector<StepLogprobs>& lps, Choice& 
   return {{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"top_logprobs", top}, {"text_offset", offsets}};
 }
 
+Json GenerationJob::echo_logprobs_json(Choice& c) const {
+  const std::vector<int32_t>& ids = prompt_ids_[size_t(c.prompt_index)];
+  const std::vector<StepLogprobs>& lps = prompt_logprobs_[size_t(c.prompt_index)];
+  const size_t top_n = size_t(req_.params.logprobs.value_or(0));
+  Json tokens = Json::array(), token_logprobs = Json::array(), top = Json::array(), offsets = Json::array();
+  for (size_t i = 0; i < ids.size(); ++i) {
+    std::string t = token_text(ids[i]);
+    tokens.push_back(t);
+    offsets.push_back(c.text_offset);
+    c.text_offset += int(t.size());
+    if (i == 0 || i - 1 >= lps.size()) {  // the first token has no logprob
+      token_logprobs.push_back(nullptr);
+      top.push_back(nullptr);
+      continue;
+    }
+    const StepLogprobs& lp = lps[i - 1];
+    token_logprobs.push_back(finite_logprob(lp.sampled.logprob));
+    Json d = Json::object();
+    for (size_t k = 0; k < lp.top.size() && k < top_n; ++k) d[token_text(lp.top[k].token_id)] = finite_logprob(lp.top[k].logprob);
+    top.push_back(std::move(d));
+  }
+  return {{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"top_logprobs", top}, {"text_offset", offsets}};
+}
+
+void GenerationJob::append_logprobs(Json& into, const Json& more) {
+  for (const char* key : {"tokens", "token_logprobs", "top_logprobs", "text_offset"}) {
+    for (const Json& v : more[key]) into[key].push_back(v);
+  }
+}
+
+Json GenerationJob::vllm_prompt_logprobs(int prompt_index) const {
+  const std::vector<StepLogprobs>& lps = prompt_logprobs_[size_t(prompt_index)];
+  Json out = Json::array({nullptr});
+  for (const StepLogprobs& lp : lps) {
+    Json d = Json::object();
+    d[std::to_string(lp.sampled.token_id)] = {{"logprob", finite_logprob(lp.sampled.logprob)}, {"rank", lp.rank},
+                                              {"decoded_token", token_text(lp.sampled.token_id)}};
+    for (size_t k = 0; k < lp.top.size(); ++k) {
+      const std::string id = std::to_string(lp.top[k].token_id);
+      if (d.contains(id)) continue;
+      d[id] = {{"logprob", finite_logprob(lp.top[k].logprob)}, {"rank", int(k) + 1},
+               {"decoded_token", token_text(lp.top[k].token_id)}};
+    }
+    out.push_back(std::move(d));
+  }
+  return out;
+}
+
 Json GenerationJob::usage() const {
   int prompt = 0, completion = 0;
   for (const auto& p : prompt_ids_) prompt += int(p.size());
@@ -98,7 +146,7 @@ void GenerationJob::complete() {
   // that thread touches the job (on_events returns at completed_), then the io thread sends.
   int64_t tokens = 0;
   for (const Choice& c : choices_) tokens += c.completion_tokens;
-  if (tokens < kInlineResponseTokens && !req_.params.logprobs && !req_.echo) {
+  if (tokens < kInlineResponseTokens && !req_.params.logprobs && !req_.params.prompt_logprobs && !req_.echo) {
     session_->send(whole_response());
     return;
   }
@@ -114,7 +162,13 @@ HttpResponse GenerationJob::whole_response() {
     if (c.finish_reason == "error") {
       return error_response(ApiError(500, "internal_server_error", c.error.empty() ? "generation failed" : c.error));
     }
-    Json lp = req_.params.logprobs ? logprobs_json(c.logprobs, c) : Json(nullptr);
+    Json lp = nullptr;
+    if (req_.params.logprobs && !req_.chat && req_.echo) {
+      lp = echo_logprobs_json(c);
+      append_logprobs(lp, logprobs_json(c.logprobs, c));
+    } else if (req_.params.logprobs) {
+      lp = logprobs_json(c.logprobs, c);
+    }
     if (req_.chat) {
       ReasoningDelta r = ReasoningParser::parse(c.text, starts_in_reasoning_);
       Json message = {{"role", "assistant"}};
@@ -146,6 +200,7 @@ HttpResponse GenerationJob::whole_response() {
       choices.push_back({{"index", c.index}, {"text", text}, {"logprobs", lp},
                          {"finish_reason", c.finish_reason}, {"stop_reason", stop_reason(c)}});
     }
+    if (req_.return_prompt_logprobs) choices.back()["prompt_logprobs"] = vllm_prompt_logprobs(c.prompt_index);
   }
   Json body = {{"id", id_}, {"object", req_.chat ? "chat.completion" : "text_completion"},
                {"created", created_}, {"model", ctx_.model_name}, {"choices", choices}, {"usage", usage()}};

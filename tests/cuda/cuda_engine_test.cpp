@@ -13,6 +13,7 @@
 #include "engine/llm_engine.h"
 #include "model/model_fixture.h"
 #include "nanovllm/llm.h"
+#include "reference/prompt_logprobs_check.h"
 #include "reference/reference_model.h"
 
 namespace nanovllm {
@@ -97,6 +98,24 @@ TEST_P(CudaEngine, GreedyTokensMatchReference) {
   // a reference gap under 3e-2).
   test::expect_reference_tokens(generate(cuda_config(model), prompts, greedy_params(32)), prompts,
                                 reference, 32, 3e-2, 4, "cuda greedy");
+}
+
+// SamplingParams::prompt_logprobs on the GPU: every prompt token's logprob near the bf16-storage
+// reference (bf16 activations: the bound of LastTokenLogitsNearReference), also with chunked
+// prefill (16-token steps).
+TEST_P(CudaEngine, PromptLogprobsNearReference) {
+  const std::string model = test::tiny_model(GetParam());
+  ref::ReferenceModel reference(model, ref::Precision::kBf16Storage);
+  const Prompts prompts = random_prompts(4, reference.config().vocab_size, 2, 40, 5);
+  Config chunked = cuda_config(model);
+  chunked.max_num_batched_tokens = 16;
+  for (const Config& c : {cuda_config(model), chunked}) {
+    LLM llm(c);
+    SamplingParams sp = greedy_params(1);
+    sp.prompt_logprobs = 2;
+    const double worst = test::check_prompt_logprobs(llm.generate(prompts, {sp}), prompts, reference, 2, 3e-2);
+    std::printf("%s: largest prompt logprob error / max |logit| = %.2e\n", GetParam().c_str(), worst);
+  }
 }
 
 // Graphs on vs off: the same tokens, greedy and seeded sampling (decode batches padded to a

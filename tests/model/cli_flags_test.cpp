@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "model/cli_runner.h"
 #include "model/model_fixture.h"
 #include "reference/test_util.h"
 
@@ -23,30 +24,8 @@ namespace nanovllm {
 namespace {
 
 namespace fs = std::filesystem;
-
-struct CliResult {
-  int status;
-  std::string out, err;  // stdout, stderr
-};
-
-CliResult nanovllm(const std::string& args) {
-  const fs::path err_file = fs::temp_directory_path() / ("nanovllm-cli-flags-err-" + std::to_string(::getpid()));
-  const std::string cmd = test::binary_dir() + "/nanovllm " + args + " 2>" + err_file.string() + " < /dev/null";
-  CliResult r{-1, "", ""};
-  std::FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  const int status = ::pclose(p);
-  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  std::ifstream in(err_file);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  r.err = ss.str();
-  fs::remove(err_file);
-  return r;
-}
+using test::CliResult;
+using test::nanovllm;
 
 std::string engine_flags() { return " --block-size 16 --kv-cache-memory 1M --max-model-len 1024 --threads 2"; }
 
@@ -94,6 +73,7 @@ TEST(CliFlags, HelpShowsEveryDefault) {
       {"chat", {"--max-tokens INT=512", "--top-k", "--top-p", "--min-p FLOAT=0", "--stop", "--seed UINT=none"}},
       {"bench", {"--num-seqs INT=256", "--max-input-len INT=1024", "--max-output-len INT=1024", "--min-len INT=100",
                  "--seed UINT=0"}},
+      {"perplexity", {"--ctx INT=512", "--chunks INT=0", "--save-top-k INT=64"}},
       {"make-model", {"--preset TEXT=tiny", "--seed UINT=0", "--shards INT=1", "--layers INT=the preset's",
                       "--tokenizer TEXT=auto"}},
   };

@@ -157,3 +157,22 @@ def test_concurrent_generate_from_threads(tiny_llm):
     for t in threads:
         t.join()
     assert results[0] + results[1] == want
+
+
+def test_prompt_logprobs_equal_cli_and_tensor_parallel(cli, tiny_model, tiny_llm):
+    # vLLM's shape: None for the first prompt token, then {token_id, logprob, rank, top_logprobs}.
+    prompts = random_prompts(3, seed=4)
+    sp = SamplingParams(temperature=0, max_tokens=1, prompt_logprobs=3)
+    got = tiny_llm.generate(prompts, sp, use_tqdm=False)
+    want = cli_generate(cli, tiny_model, prompts, "--temperature", "0", "--max-tokens", "1",
+                        "--prompt-logprobs", "3")
+    for p, g, w in zip(prompts, got, want):
+        lps = g["prompt_logprobs"]
+        assert len(lps) == len(p) and lps[0] is None
+        assert [e["token_id"] for e in lps[1:]] == p[1:]
+        assert [e["logprob"] for e in lps[1:]] == pytest.approx([e["logprob"] for e in w["prompt_logprobs"]], abs=1e-6)
+        assert all(len(e["top_logprobs"]) == 3 for e in lps[1:])
+    # Two ranks (threads) give the same numbers: the CPU engine is bitwise TP-invariant.
+    llm = LLM(str(tiny_model), **{**TINY_ENGINE, "threads": 1}, tensor_parallel_size=2)
+    tp = llm.generate(prompts, sp, use_tqdm=False)
+    assert [g["prompt_logprobs"] for g in tp] == [g["prompt_logprobs"] for g in got]

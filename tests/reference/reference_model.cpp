@@ -108,6 +108,17 @@ const std::vector<float>& ReferenceModel::w(const std::string& name) const {
 }
 
 std::vector<float> ReferenceModel::last_logits(const std::vector<int32_t>& tokens) const {
+  return logits_at(tokens, {tokens.size() - 1}).front();
+}
+
+std::vector<std::vector<float>> ReferenceModel::all_logits(const std::vector<int32_t>& tokens) const {
+  std::vector<size_t> rows(tokens.size());
+  for (size_t t = 0; t < rows.size(); ++t) rows[t] = t;
+  return logits_at(tokens, rows);
+}
+
+std::vector<std::vector<float>> ReferenceModel::logits_at(const std::vector<int32_t>& tokens,
+                                                          const std::vector<size_t>& rows) const {
   const ModelConfig& c = config_;
   const size_t T = tokens.size(), H = c.hidden_size, D = c.head_dim, I = c.intermediate_size;
   const size_t Hq = c.num_attention_heads, Hkv = c.num_key_value_heads, V = c.vocab_size;
@@ -182,9 +193,13 @@ std::vector<float> ReferenceModel::last_logits(const std::vector<int32_t>& token
       for (size_t i = 0; i < H; ++i) x[t][i] += d[i];
     }
   }
-  Vec h = maybe_round(rmsnorm(x[T - 1].data(), w("model.norm.weight"), H, eps), bf16);
   const Vec& head = c.tie_word_embeddings ? emb : w("lm_head.weight");
-  return matvec(head, h, V);
+  std::vector<Vec> out;
+  for (size_t t : rows) {
+    Vec h = maybe_round(rmsnorm(x[t].data(), w("model.norm.weight"), H, eps), bf16);
+    out.push_back(matvec(head, h, V));
+  }
+  return out;
 }
 
 std::vector<int32_t> ReferenceModel::greedy(const std::vector<int32_t>& prompt, int n,

@@ -25,6 +25,8 @@ class ReferenceModel {
 
   // Logits f32 [V] of the last token of `tokens` (full causal forward over all of them).
   std::vector<float> last_logits(const std::vector<int32_t>& tokens) const;
+  // Logits f32 [T, V] of every token of `tokens` (row t: the prediction after tokens[0..t]).
+  std::vector<std::vector<float>> all_logits(const std::vector<int32_t>& tokens) const;
   // Greedy continuation: n tokens (argmax, lowest index on ties), no eos stop. gaps (optional)
   // receives, per step, the top-1 minus top-2 logit divided by the largest |logit|.
   std::vector<int32_t> greedy(const std::vector<int32_t>& prompt, int n,
@@ -34,6 +36,7 @@ class ReferenceModel {
 
  private:
   const std::vector<float>& w(const std::string& name) const;
+  std::vector<std::vector<float>> logits_at(const std::vector<int32_t>& tokens, const std::vector<size_t>& rows) const;
   ModelConfig config_;
   Precision precision_;
   std::map<std::string, std::vector<float>> weights_;

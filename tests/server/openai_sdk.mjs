@@ -194,6 +194,34 @@ await check('stop strings end the text before the match; stream never shows it',
   assert.equal(got.finish[0], 'stop');
 });
 
+await check("echo + logprobs + max_tokens 0 (lm-evaluation-harness's loglikelihood) score the prompt", async () => {
+  // Greedy tokens and their logprobs, then the prompt + those tokens scored with echo: the
+  // continuation's prompt logprobs equal the generated ones (prefill vs decode, same positions).
+  const ids = [11, 22, 33, 44, 55];
+  const g = await client.completions.create({ model: modelName, prompt: ids, max_tokens: 6, temperature: 0,
+    ignore_eos: true, logprobs: 1 });
+  const gen = g.choices[0].logprobs;
+  const contIds = generate(['--prompt-ids', ids.join(','), '--max-tokens', '6', '--temperature', '0', '--ignore-eos'])[0].token_ids;
+  const r = await client.completions.create({ model: modelName, prompt: [...ids, ...contIds], max_tokens: 0,
+    echo: true, logprobs: 1, temperature: 0 });
+  const c = r.choices[0];
+  assert.equal(c.finish_reason, 'length');
+  assert.equal(r.usage.completion_tokens, 0);
+  assert.equal(r.usage.prompt_tokens, ids.length + 6);
+  const lp = c.logprobs;
+  assert.equal(lp.tokens.length, ids.length + 6);
+  assert.equal(lp.token_logprobs[0], null);
+  assert.equal(lp.top_logprobs[0], null);
+  for (let i = 1; i < lp.token_logprobs.length; i++) assert.ok(lp.token_logprobs[i] <= 0);
+  for (let k = 0; k < 6; k++) {
+    const want = gen.token_logprobs[k], got = lp.token_logprobs[ids.length + k];
+    assert.ok(Math.abs(got - want) <= 1e-3 * Math.max(1, Math.abs(want)), `token ${k}: ${got} vs ${want}`);
+  }
+  assert.equal(c.text, lp.tokens.join(''));
+  await assert.rejects(client.completions.create({ model: modelName, prompt: ids, max_tokens: 0 }),
+    e => e instanceof OpenAI.BadRequestError && e.param === 'max_tokens');
+});
+
 await check('errors come back as the SDK error classes', async () => {
   await assert.rejects(client.completions.create({ model: modelName, prompt, temperature: -1 }),
     e => e instanceof OpenAI.BadRequestError && e.status === 400 && /temperature/.test(e.message));
