@@ -36,7 +36,6 @@ json parse_object(const std::string& text, const std::string& path) {
   return j;
 }
 
-std::string brief(const json& v) { return json_brief(v); }
 
 // A field of `obj`, or nullptr when absent or null (HF writes null for "not set").
 const json* field(const json& obj, const char* name) {
@@ -47,17 +46,17 @@ const json* field(const json& obj, const char* name) {
 int as_int(const json& v, const std::string& path, const std::string& name) {
   if (!v.is_number_integer() || v.get<int64_t>() < std::numeric_limits<int>::min() ||
       v.get<int64_t>() > std::numeric_limits<int>::max())
-    fail("{}: field '{}' must be an integer, got {}", path, name, brief(v));
+    fail("{}: field '{}' must be an integer, got {}", path, name, json_brief(v));
   return int(v.get<int64_t>());
 }
 
 double as_number(const json& v, const std::string& path, const std::string& name) {
-  if (!v.is_number()) fail("{}: field '{}' must be a number, got {}", path, name, brief(v));
+  if (!v.is_number()) fail("{}: field '{}' must be a number, got {}", path, name, json_brief(v));
   return v.get<double>();
 }
 
 bool as_bool(const json& v, const std::string& path, const std::string& name) {
-  if (!v.is_boolean()) fail("{}: field '{}' must be true or false, got {}", path, name, brief(v));
+  if (!v.is_boolean()) fail("{}: field '{}' must be true or false, got {}", path, name, json_brief(v));
   return v.get<bool>();
 }
 
@@ -94,7 +93,7 @@ void check_rope_type(const json& obj, const std::string& path, const std::string
   }
   if (!t) return;
   if (!t->is_string())
-    fail("{}: field '{}.{}' must be a string, got {}", path, where, key, brief(*t));
+    fail("{}: field '{}.{}' must be a string, got {}", path, where, key, json_brief(*t));
   if (t->get<std::string>() != "default")
     fail("{}: rope scaling '{}' is not supported (field '{}.{}'; only default RoPE is)", path,
          t->get<std::string>(), where, key);
@@ -134,7 +133,7 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   if (!archs) fail("{}: missing field 'architectures' (supported: {})", path, kSupported);
   if (!archs->is_array() || archs->empty() || !(*archs)[0].is_string())
     fail("{}: field 'architectures' must be a non-empty list of strings, got {}", path,
-         brief(*archs));
+         json_brief(*archs));
   c.architecture = (*archs)[0].get<std::string>();
   const bool qwen3 = c.architecture == "Qwen3ForCausalLM";
   const bool qwen2 = c.architecture == "Qwen2ForCausalLM";
@@ -175,7 +174,7 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   c.rope_theta = rope_theta(j, path);
   if (const json* v = field(j, "hidden_act")) {
     if (!v->is_string() || v->get<std::string>() != "silu")
-      fail("{}: field 'hidden_act' is {}; only \"silu\" is supported", path, brief(*v));
+      fail("{}: field 'hidden_act' is {}; only \"silu\" is supported", path, json_brief(*v));
   }
   if (const json* v = field(j, "use_sliding_window"); v && as_bool(*v, path, "use_sliding_window"))
     fail("{}: field 'use_sliding_window' is true; sliding-window attention is not supported", path);
@@ -190,7 +189,7 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   const char* dtype_key = field(j, "torch_dtype") ? "torch_dtype" : "dtype";
   if (const json* v = field(j, dtype_key)) {
     if (!v->is_string())
-      fail("{}: field '{}' must be a string, got {}", path, dtype_key, brief(*v));
+      fail("{}: field '{}' must be a string, got {}", path, dtype_key, json_brief(*v));
     c.torch_dtype = v->get<std::string>();
   }
   c.eos_token_ids = eos_ids(j, path);
