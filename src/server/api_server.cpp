@@ -43,6 +43,7 @@ class ApiServer {
         acceptor_(ioc_),
         signals_(ioc_, SIGTERM, SIGINT),
         timer_(ioc_),
+        accept_timer_(ioc_),
         workers_(size_t(std::max(1, o.request_threads))) {
     ctx_.ioc = &ioc_;
     ctx_.workers = &workers_;
@@ -129,11 +130,13 @@ class ApiServer {
     }
   }
 
-  // The caps: given, or what fits the machine (open files; a quarter of memory for bodies).
+  // The caps: given, or what fits the machine (open files, less 128 for the engine and the
+  // connections being rejected; a quarter of memory for bodies).
   void set_caps(rlim_t open_files) {
+    const rlim_t spare = 128 + kMaxRejecting;
     max_connections_ = opts_.max_connections > 0
                            ? opts_.max_connections
-                           : int(std::clamp<rlim_t>(open_files > 256 ? open_files - 128 : 128, 128, 4096));
+                           : int(std::clamp<rlim_t>(open_files > spare + 64 ? open_files - spare : 64, 64, 4096));
     max_requests_ = opts_.max_requests > 0 ? opts_.max_requests : 4096;
     uint64_t budget = opts_.max_body_bytes_in_flight;
     if (budget == 0) {
@@ -147,7 +150,12 @@ class ApiServer {
     acceptor_.async_accept([this](beast::error_code ec, tcp::socket socket) {
       if (ec) {
         if (ctx_.shutting_down || ec == net::error::operation_aborted) return;
-        accept();  // e.g. too many open files: keep serving the others
+        // e.g. too many open files: keep serving the others, and retry in a moment (not in a
+        // loop that would keep the io thread busy until a descriptor frees up)
+        accept_timer_.expires_after(std::chrono::milliseconds(50));
+        accept_timer_.async_wait([this](beast::error_code e) {
+          if (!e && !ctx_.shutting_down) accept();
+        });
         return;
       }
       socket.set_option(tcp::no_delay(true), ec);
@@ -316,6 +324,7 @@ class ApiServer {
     std::fflush(stdout);
     beast::error_code ec;
     acceptor_.close(ec);
+    accept_timer_.cancel();
     for (auto& w : sessions_) {
       if (auto s = w.lock()) s->close_when_idle();
     }
@@ -359,7 +368,7 @@ class ApiServer {
   net::io_context ioc_;
   tcp::acceptor acceptor_;
   net::signal_set signals_;
-  net::steady_timer timer_;
+  net::steady_timer timer_, accept_timer_;
   ServingContext ctx_;
   net::thread_pool workers_;
   ModelView model_;  // set once the model is loaded (before any request reaches a worker)
