@@ -25,6 +25,8 @@ void add_serve(CLI::App& app, Commands& commands) {
   cmd->add_option("--max-requests", o->max_requests,
                   "requests being decoded, queued or generated at most; more get 429 + Retry-After (default 4096)")
       ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--max-body-bytes-in-flight", o->max_body_bytes_in_flight,
+                  "request bodies being received at once, in bytes; more get 503 + Retry-After (0: a quarter of memory)");
   cmd->add_option("--request-threads", o->request_threads,
                   "threads that decode requests (JSON, chat template, tokenizer) and encode large responses (default 2)")
       ->check(CLI::Range(1, 256));

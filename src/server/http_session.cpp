@@ -1,5 +1,6 @@
 #include "server/http_session.h"
 
+#include <charconv>
 #include <utility>
 
 namespace nanovllm::server {
@@ -61,7 +62,13 @@ void HttpSession::on_header(beast::error_code ec) {
     return;
   }
   // Reserve the body's bytes against the server's budget for bodies in flight.
-  uint64_t want = parser_->content_length().value_or(parser_->chunked() ? options_.max_body_bytes : 0);
+  // The declared length, or the limit for a chunked body. (Not content_length().value_or(...):
+  // g++ 12 under the sanitizers warns, falsely, that boost::optional's storage may be unset.)
+  uint64_t want = parser_->chunked() ? options_.max_body_bytes : 0;
+  if (auto cl = parser_->get().find(http::field::content_length); cl != parser_->get().end()) {
+    const std::string_view v = cl->value();  // Beast has checked its syntax (and the body limit)
+    std::from_chars(v.data(), v.data() + v.size(), want);
+  }
   if (want > 0 && load_->max_body_bytes > 0 && load_->body_bytes + want > load_->max_body_bytes) {
     answer_error(503, "the server is receiving too many request bodies at once; retry later");
     return;

@@ -1,7 +1,8 @@
 // The server's caps and timeouts: past --max-connections a connection is answered 503 with
-// Retry-After, past --max-requests a request 429 with Retry-After; a client that trickles its
-// header or body, or idles, is disconnected after --header-timeout / --body-timeout /
-// --keep-alive-timeout; `Expect: 100-continue` gets its interim response.
+// Retry-After, past --max-requests a request 429 with Retry-After, a body past the budget of
+// bodies in flight 503; a client that trickles its header or body, or idles, is disconnected
+// after --header-timeout / --body-timeout / --keep-alive-timeout; `Expect: 100-continue` gets
+// its interim response.
 #include <chrono>
 #include <thread>
 
@@ -102,6 +103,29 @@ TEST(ServerConnectionLimits, PastMaxRequestsA429WithRetryAfter) {
     if (!served) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   EXPECT_TRUE(served);
+  EXPECT_EQ(server.stop(SIGTERM), 0) << server.log();
+}
+
+TEST(ServerConnectionLimits, BodiesPastTheirBudgetGet503) {
+  const std::string model = test::tiny_text_model();
+  test::ServerProcess server(model, {"--max-body-bytes", "1000", "--max-body-bytes-in-flight", "1500"});
+  ASSERT_TRUE(server.ready()) << server.log();
+  const int port = server.port();
+  const std::string header = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                             "Content-Length: 1000\r\n\r\n";
+  OpenConnection a(port);
+  a.send(header);  // 1000 bytes reserved while its body is awaited
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  OpenConnection b(port);
+  b.send(header);
+  std::string reply = b.read("<closed>");
+  EXPECT_NE(reply.find("HTTP/1.1 503"), std::string::npos) << reply;
+  EXPECT_NE(reply.find("Retry-After: 1"), std::string::npos) << reply;
+  EXPECT_NE(reply.find("too many request bodies"), std::string::npos) << reply;
+  a.send(std::string(1000, ' '));  // a's body (not JSON): answered, and its bytes released
+  EXPECT_NE(a.read("\"error\"").find("HTTP/1.1 400"), std::string::npos);
+  test::HttpResult ok = test::http_call(port, "POST", "/v1/completions", R"({"prompt": "hi", "max_tokens": 2})");
+  EXPECT_EQ(ok.status, 200) << ok.body;
   EXPECT_EQ(server.stop(SIGTERM), 0) << server.log();
 }
 
