@@ -55,12 +55,13 @@ int main(int argc, char** argv) {
     }
   }
   ThreadPool pool(threads);
-  const double bw = measure_read_bandwidth_gbs(pool);
-  const double peak = measure_bf16_peak_gflops(pool, isa);
-  std::printf("isa %s, %d threads\n", gemm_isa_name(isa), threads);
-  std::printf(
-      "measured: read bandwidth %.1f GB/s, %s peak %.0f GFLOP/s (2 FLOPs per multiply-add)\n", bw,
-      isa == GemmIsa::AVX512_BF16 ? "vdpbf16ps" : "f32 fma", peak);
+  std::printf("kernels %s, %d threads; %s\n", gemm_isa_name(isa), threads, machine_load().c_str());
+  const Ceiling bwc = measure_read_bandwidth(pool);
+  const Ceiling peakc = measure_gemm_peak(pool, isa);
+  const double bw = bwc.best, peak = peakc.best;
+  std::printf("read bandwidth: %s\n", describe(bwc, "GB/s").c_str());
+  std::printf("%s peak: %s\n  (2 FLOPs per multiply-add; the instructions these kernels run)\n",
+              gemm_peak_name(isa), describe(peakc, "GFLOP/s").c_str());
   std::printf(
       "ridge point: %.0f FLOP/byte; a bf16 weight byte does 2*M/2 = M FLOPs, so M < %.0f "
       "is bandwidth-bound\n\n",

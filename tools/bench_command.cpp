@@ -1,6 +1,6 @@
 // nanovllm bench: nano-vllm's bench.py workload with the napkin math of its phases, then the
 // roofline figures (single-sequence decode against memory bandwidth; one fresh prompt of each
-// --prefill-lens length, 512 by default, against bf16 peak, its causal attention FLOPs shown
+// --prefill-lens length, 512 by default, against the GEMM instructions' peak, its causal attention FLOPs shown
 // apart so that a long prompt's cost is held against its work); --sweep: workloads of 1, 4, 16, 32, 64 sequences of 128 + 128 tokens as a
 // table. Every fraction is of the ceilings measured in the same run.
 #include <chrono>
@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/roofline.h"
 #include "engine/llm_engine.h"
@@ -113,18 +114,28 @@ void add_bench(CLI::App& app, Commands& commands) {
     llm.generate(std::vector<std::vector<int32_t>>{{1, 2, 3, 4, 5, 6, 7, 8}}, {warm});
 
     Ceilings ceilings;
+    cpu::Ceiling bw_ceiling, peak_ceiling;
     if (engine.backend().device() == DeviceKind::CPU) {
       cpu::ThreadPool pool(a->config.num_threads > 0 ? a->config.num_threads
                                                      : int(std::thread::hardware_concurrency()));
-      ceilings.bandwidth_gbs = cpu::measure_read_bandwidth_gbs(pool);
-      ceilings.peak_gflops = cpu::measure_bf16_peak_gflops(pool, cpu::detect_gemm_isa());
+      // The peak of the instructions the engine's GEMM runs (its backend's ISA).
+      const auto* cpu_backend = dynamic_cast<const cpu::CpuBackend*>(&engine.backend());
+      const cpu::GemmIsa isa = cpu_backend ? cpu_backend->gemm_isa() : cpu::detect_gemm_isa();
+      std::fprintf(stderr, "machine while measuring: %s\n", cpu::machine_load().c_str());
+      bw_ceiling = cpu::measure_read_bandwidth(pool);
+      peak_ceiling = cpu::measure_gemm_peak(pool, isa);
+      ceilings.bandwidth_gbs = bw_ceiling.best;
+      ceilings.peak_gflops = peak_ceiling.best;
+      ceilings.peak_name = std::string(cpu::gemm_peak_name(isa)) + " peak";
+      std::fprintf(stderr, "ceilings measured now: read bandwidth %s\n  %s: %s\n",
+                   cpu::describe(bw_ceiling, "GB/s").c_str(), ceilings.peak_name.c_str(),
+                   cpu::describe(peak_ceiling, "GFLOP/s").c_str());
     }
     const double weight_gb = double(weight_bytes_per_decode_step(mc)) / 1e9;
     const double gflop_per_token = matmul_flops_per_token(mc) / 1e9;
     std::fprintf(stderr, "model: %.3f GB of bf16 weights read per decode step, %.3f GFLOP of matmul per prompt token\n",
                  weight_gb, gflop_per_token);
-    std::fprintf(stderr, "ceilings measured now: %.1f GB/s read bandwidth, %.1f GFLOP/s bf16 peak (%s)\n",
-                 ceilings.bandwidth_gbs, ceilings.peak_gflops, engine.backend().describe().c_str());
+    std::fprintf(stderr, "kernels: %s\n", engine.backend().describe().c_str());
 
     auto run = [&](BenchWorkload w) {
       fold_into_vocabulary(w, mc.vocab_size);  // a no-op for real vocabularies (> 10000 ids)
@@ -148,7 +159,16 @@ void add_bench(CLI::App& app, Commands& commands) {
     nlohmann::json j;
     j["device"] = engine.backend().describe();
     j["mem_bandwidth_gbs"] = ceilings.bandwidth_gbs;
-    j["bf16_peak_gflops"] = ceilings.peak_gflops;
+    j["bf16_peak_gflops"] = ceilings.peak_gflops;  // the GEMM's instruction peak (peak_name)
+    j["peak_name"] = ceilings.peak_name;
+    if (bw_ceiling.runs > 0) {
+      j["mem_bandwidth_spread_gbs"] = {{"best", bw_ceiling.best}, {"median", bw_ceiling.median},
+                                       {"worst", bw_ceiling.worst}, {"runs", bw_ceiling.runs},
+                                       {"pattern", bw_ceiling.how}};
+      j["peak_spread_gflops"] = {{"best", peak_ceiling.best}, {"median", peak_ceiling.median},
+                                 {"worst", peak_ceiling.worst}, {"runs", peak_ceiling.runs}};
+      j["machine_load"] = cpu::machine_load();
+    }
     j["weight_gb_per_decode_step"] = weight_gb;
     if (a->sweep) {
       const std::vector<int> sweep = {1, 4, 16, 32, 64};
@@ -208,8 +228,9 @@ void add_bench(CLI::App& app, Commands& commands) {
         }
         std::fprintf(stderr,
                      "prefill, %d tokens: %.3f s -> %.1f GFLOP of matmul + %.1f GFLOP of attention "
-                     "(%.0f%%) = %.1f GFLOP/s of %.1f GFLOP/s bf16 peak (%.0f%%)\n",
+                     "(%.0f%%) = %.1f GFLOP/s of %.1f GFLOP/s %s (%.0f%%)\n",
                      n, s, matmul, attn, 100 * attn / (matmul + attn), gflops, peak,
+                     ceilings.peak_name.c_str(),
                      peak > 0 ? 100 * gflops / peak : 0.0);
       }
       j["prefill_lens"] = lens;

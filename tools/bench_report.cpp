@@ -39,9 +39,9 @@ PhaseFigures phase_figures(const ModelConfig& c, const WorkloadRun& run, int64_t
 void print_phases(const PhaseFigures& f, const Ceilings& k, double weight_gb) {
   std::fprintf(stderr,
                "  prefill phase: %lld prompt tokens in %.3f s: %.1f GFLOP (matmuls, causal "
-               "attention, lm_head of the last tokens) -> %.1f GFLOP/s of %.1f bf16 peak (%.0f%%)\n",
+               "attention, lm_head of the last tokens) -> %.1f GFLOP/s of %.1f %s (%.0f%%)\n",
                (long long)f.prompt_tokens, f.prefill_seconds, f.work.prefill_flops / 1e9,
-               f.prefill_gflops, k.peak_gflops, pct(f.prefill_gflops, k.peak_gflops));
+               f.prefill_gflops, k.peak_gflops, k.peak_name.c_str(), pct(f.prefill_gflops, k.peak_gflops));
   std::fprintf(stderr,
                "  decode phase: %.0f tokens in %lld steps, %.3f s: %lld x %.3f GB of weights + "
                "%.3f GB of KV = %.2f GB -> %.1f GB/s of %.1f measured (%.0f%%); %.1f GFLOP -> "

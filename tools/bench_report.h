@@ -15,6 +15,7 @@ namespace nanovllm::cli {
 struct Ceilings {
   double bandwidth_gbs = 0;  // 0: not measured (not the CPU)
   double peak_gflops = 0;
+  std::string peak_name = "bf16 peak";  // the instructions the peak was measured with
 };
 
 // One workload as run: its shape, its wall time and the engine's per-phase counters.

@@ -150,13 +150,14 @@ TEST(Gemm, MatchesReferenceOnBlockingPaths) {
   }
 }
 
-// Small batches (M = 7..32 take the AVX-512 wide tiles: one or two row panels, 1..3 blocks
-// per tile): every M around the panel and block-count switches, odd N (partial column groups)
-// and odd K (the zero k padding).
+// Small batches (the wide tiles: AVX-512 M = 7..32, one or two row panels of 1..3 blocks;
+// AVX2 M = 1..48, 1..8 balanced panels of up to 6 rows, 1-row tiles 4 blocks wide, 2-row
+// tiles 2): every M around the panel and block-count switches and past the wide range, odd N
+// (partial column groups) and odd K (the zero k padding).
 TEST(Gemm, MatchesReferenceOnSmallBatches) {
   std::mt19937 rng(4321);
   ThreadPool pool1(1), pool2(2);
-  for (int64_t m = 6; m <= 34; ++m) {
+  for (int64_t m = 1; m <= 50; ++m) {
     for (auto [n, k] : {std::array<int64_t, 2>{47, 1}, {97, 67}, {129, 333}, {17, 1025}}) {
       Problem p = make_problem(m, n, k, rng);
       auto packed = packed_alloc(n, k);

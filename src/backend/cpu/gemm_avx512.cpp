@@ -206,7 +206,9 @@ static_assert(kNb * 16 <= 64, "tile width");
 }  // namespace
 
 const KernelSet& avx512_bf16_kernels() {
-  static const KernelSet set{kMr, kNb, 4, pack_x, tile, kWideMaxRows, wide_nb, tile_wide};
+  static const KernelSet set{kMr,     kNb,  4,   pack_x, tile,  kWideMaxRows, wide_nb, tile_wide,
+                            /*wide_min_m=*/7, /*wide_max_m=*/32, /*mc_panels=*/128,
+                            /*balance_panels=*/false, /*prefetch_next=*/false};
   return set;
 }
 

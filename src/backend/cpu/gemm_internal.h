@@ -36,6 +36,10 @@ struct Tile {
   int ncols;             // 1..nb*16
   bool first;            // out = acc + bias; otherwise out += acc
   bool prefetch;         // software-prefetch the weight streams (they come from memory)
+  // The next tile's weights (KernelSet::prefetch_next kernels): pf_bytes from pf_next, which
+  // the tile prefetches spread evenly over its k loop. nullptr: none.
+  const uint8_t* pf_next = nullptr;
+  int64_t pf_bytes = 0;
 };
 
 struct KernelSet {
@@ -56,6 +60,15 @@ struct KernelSet {
   int wide_max_rows;
   int (*wide_nb)(int rows);
   void (*tile_wide)(const Tile& t);
+  int64_t wide_min_m;   // batches M in [wide_min_m, wide_max_m] take the wide tiles
+  int64_t wide_max_m;
+  int64_t mc_panels;    // x panels per M block of the blocked path (the x slab kept in L2)
+  // Panels of equal height (ceil(M / ceil(M / mr)) rows) instead of full mr-row panels and a
+  // short last one: kernels whose short tiles are latency-bound.
+  bool balance_panels;
+  // The driver hands each tile the next tile's weights (Tile::pf_next) and asks the near-ahead
+  // prefetch (Tile::prefetch) only of tiles whose weights nobody prefetched.
+  bool prefetch_next;
 };
 
 const KernelSet& avx512_bf16_kernels();

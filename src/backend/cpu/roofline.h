@@ -1,19 +1,51 @@
 #pragma once
-// Napkin-math ceilings of this machine, measured in well under a second each: the memory read
-// bandwidth a decode step streams weights at, and the bf16 multiply-add peak a prefill GEMM
-// computes at. Benchmarks print their results as a fraction of these.
+// Napkin-math ceilings of this machine, measured in about a second: the memory read bandwidth a
+// decode step streams weights at, and the multiply-add peaks the GEMM kernels compute at (the
+// f32 FMA peak for the AVX2 kernels, the vdpbf16ps peak for the AVX-512 BF16 ones). Each is the
+// best of several short runs, with the spread of those runs reported, so that a run disturbed
+// by another process shows as a spread rather than as a lower ceiling. Benchmarks print their
+// results as a fraction of the ceiling of the instructions their kernels run.
+#include <string>
+
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/thread_pool.h"
 
 namespace nanovllm::cpu {
 
-// GB/s (1e9 bytes) of reading a 256 MiB buffer (>> LLC) on every thread of the pool; best of
-// a few passes.
-double measure_read_bandwidth_gbs(ThreadPool& pool);
+// A ceiling: the best of `runs` short runs (what the benchmarks divide by), their median and
+// worst; a median or worst far below the best means the machine was busy while measuring.
+struct Ceiling {
+  double best = 0, median = 0, worst = 0;
+  int runs = 0;
+  std::string how;  // what was measured, e.g. "4 streams a thread"
+};
 
-// GFLOP/s of a register-only multiply-add loop on every thread of the pool, counting 2 FLOPs
-// per multiply-add: vdpbf16ps (64 per zmm instruction) for AVX512_BF16, vfmadd231ps on ymm
-// (16 per instruction) for AVX2.
-double measure_bf16_peak_gflops(ThreadPool& pool, GemmIsa isa);
+// GB/s (1e9 bytes) of reading a 256 MiB buffer (>> LLC) on every thread of the pool, with 1, 2,
+// 4 and 8 concurrent sequential streams per thread (the hardware prefetchers of some CPUs
+// deliver more with several streams, as a GEMM reading several weight blocks has): the best
+// pattern's runs.
+Ceiling measure_read_bandwidth(ThreadPool& pool);
+
+// GFLOP/s of a register-only multiply-add loop on every thread of the pool (2 FLOPs per
+// multiply-add): vfmadd231ps on ymm (16 FLOPs an instruction) for GemmIsa::AVX2,
+// vdpbf16ps on zmm (64) for AVX512_BF16.
+Ceiling measure_gemm_peak(ThreadPool& pool, GemmIsa isa);
+// The name of that instruction ceiling: "f32 FMA (ymm)" or "bf16 dot (vdpbf16ps zmm)".
+const char* gemm_peak_name(GemmIsa isa);
+
+// The machine's load while measuring: /proc/loadavg's 1-minute average and runnable tasks, as
+// "load 0.52, 1 running of 180" ("load unknown" when unreadable).
+std::string machine_load();
+
+// "best 36.8 (median 36.1, worst 30.2, 5 runs; 4 streams a thread)".
+std::string describe(const Ceiling& c, const char* unit);
+
+// The best figures alone (the older interface).
+inline double measure_read_bandwidth_gbs(ThreadPool& pool) {
+  return measure_read_bandwidth(pool).best;
+}
+inline double measure_bf16_peak_gflops(ThreadPool& pool, GemmIsa isa) {
+  return measure_gemm_peak(pool, isa).best;
+}
 
 }  // namespace nanovllm::cpu
