@@ -1,6 +1,7 @@
 // GEMM benchmark on the Qwen3-0.6B linear shapes, with napkin math: each shape at decode
-// (M=1, 8, 16, 32: the weight stream, bound by memory bandwidth) and prefill (M=512: bound by the
-// bf16 multiply-add peak), against this machine's measured ceilings.
+// (M=1, 4, 8, 16, 32, 64: the weights streamed from memory; bound by the bandwidth at M = 1, by
+// the multiply-add peak above a few rows) and prefill (M=512: bound by the peak), against this
+// machine's ceilings measured in the same run.
 //
 //   bench_gemm [--threads N] [--avx2]
 #include <algorithm>
@@ -88,7 +89,7 @@ int main(int argc, char** argv) {
       std::memcpy(static_cast<uint8_t*>(packed.get()) + wbytes * size_t(c), packed.get(), wbytes);
     std::vector<uint16_t> bias(size_t(s.n), f32_to_bf16(0.5f));
 
-    for (int64_t m : {1, 8, 16, 32, 512}) {
+    for (int64_t m : {1, 4, 8, 16, 32, 64, 512}) {
       if (m == 512 && s.n > 50000) continue;  // the engine runs lm_head on last tokens only
       std::vector<float> x(size_t(m * s.k));
       for (auto& v : x) v = std::uniform_real_distribution<float>(-1, 1)(rng);

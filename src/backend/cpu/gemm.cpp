@@ -77,12 +77,16 @@ void gemm_wide(const GemmArgs& a, ThreadPool& pool, const detail::KernelSet& ks)
   const int64_t kpairs = ceil_div(a.k, 2);
   const int64_t npass = ceil_div(a.m, ks.wide_max_rows);
   const int64_t mr = ceil_div(a.m, npass);
-  const int64_t nb = ks.wide_nb(int(mr));
   const int64_t nblocks = ceil_div(a.n, kBlockCols);
+  // Blocks per tile: the kernels' choice, fewer when that would leave threads without a group
+  // (M = 1, N = 1,024 on 64 threads: 16 groups of 4 blocks, or 64 of 1). Each column's sum runs
+  // in the same order whatever the tile width, so this changes no result.
+  const int threads = pool.size();
+  const int64_t nb =
+      std::clamp<int64_t>(nblocks / (2 * threads), 1, std::max(1, ks.wide_nb(int(mr))));
   const int64_t ngroups = ceil_div(nblocks, nb);
   const int64_t panel_bytes = kpairs * mr * int64_t(ks.pair_bytes);
   const int64_t block_stride = kpairs * kBlockPairBytes;
-  const int threads = pool.size();
   const uint8_t* w = static_cast<const uint8_t*>(a.packed_w);
   // Bytes of group g's weights (its blocks are consecutive).
   auto group_bytes = [&](int64_t g) { return std::min(nb, nblocks - g * nb) * block_stride; };

@@ -172,8 +172,15 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
     *begin = u0 * grain;
     *end = u1 * grain < n ? u1 * grain : n;
   };
-  std::atomic<int64_t> next{0};
+  // The caller (thread 0) runs chunk 0 itself, as documented: a worker that wakes first starts
+  // at chunk 1 (claiming chunk 0 from the counter let a fast worker take it now and then).
+  std::atomic<int64_t> next{1};
   run_shared([&](int t) {
+    if (t == 0) {
+      int64_t begin, end;
+      chunk(0, &begin, &end);
+      if (begin < end) fn(begin, end, t);
+    }
     for (int64_t c; (c = next.fetch_add(1, std::memory_order_relaxed)) < active;) {
       int64_t begin, end;
       chunk(int(c), &begin, &end);
