@@ -705,17 +705,21 @@ TEST(CpuOpsThreads, OneAndTwoThreadsAgreeBitwise) {
 }
 
 // The split of a decode step (partitions of a long context) and of a prefill (query blocks,
-// key tiles) depends on the batch alone: 1, 2 and 3 threads give the same bits.
+// key tiles) depends on the batch alone: 1, 2, 3 and 8 threads give the same bits. With fewer
+// decode items than threads the AVX2 path splits a sequence's kv heads over items (8 threads:
+// the one-sequence cases below), which must not move a bit either.
 TEST(CpuOpsThreads, AttentionSplitsAgreeBitwise) {
-  cpu::CpuBackend one(1), two(2), three(3);
+  cpu::CpuBackend one(1), two(2), three(3), eight(8);
   auto run = [](cpu::CpuBackend& be) {
     std::mt19937 rng(7);
     Vec result;
-    PagedCase dc(rng, 16, 8, 128, 16, {{1, 1100}}, false);
-    Vec dout(size_t(dc.tokens() * 16 * 128));
-    be.attention_decode(Tensor::contiguous(dout.data(), DType::F32, {dc.tokens(), 16, 128}),
-                        dc.q_view(), dc.cache(), dc.batch, 0.09f);
-    result.insert(result.end(), dout.begin(), dout.end());
+    for (int64_t ctx : {1100, 300}) {
+      PagedCase dc(rng, 16, 8, 128, 16, {{1, ctx}}, false);
+      Vec dout(size_t(dc.tokens() * 16 * 128));
+      be.attention_decode(Tensor::contiguous(dout.data(), DType::F32, {dc.tokens(), 16, 128}),
+                          dc.q_view(), dc.cache(), dc.batch, 0.09f);
+      result.insert(result.end(), dout.begin(), dout.end());
+    }
     PagedCase pc(rng, 16, 8, 128, 256, {{200, 260}}, true);
     Vec pout(size_t(pc.tokens() * 16 * 128));
     be.attention_prefill(Tensor::contiguous(pout.data(), DType::F32, {pc.tokens(), 16, 128}),
@@ -723,11 +727,13 @@ TEST(CpuOpsThreads, AttentionSplitsAgreeBitwise) {
     result.insert(result.end(), pout.begin(), pout.end());
     return result;
   };
-  const Vec a = run(one), b = run(two), c = run(three);
+  const Vec a = run(one), b = run(two), c = run(three), e = run(eight);
   ASSERT_EQ(a.size(), b.size());
   ASSERT_EQ(a.size(), c.size());
+  ASSERT_EQ(a.size(), e.size());
   EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)));
   EXPECT_EQ(0, std::memcmp(a.data(), c.data(), a.size() * sizeof(float)));
+  EXPECT_EQ(0, std::memcmp(a.data(), e.data(), a.size() * sizeof(float)));
 }
 
 // Batch invariance of decode: a sequence's output is the same bits alone as in any batch (the

@@ -173,10 +173,13 @@ TEST(Gemm, MatchesReferenceOnSmallBatches) {
 }
 
 // The engine relies on results that do not depend on the thread count: 1 and 2 threads must
-// agree bit for bit, on every loop-nest path (single panel, wide tiles, panels, row split).
+// agree bit for bit, on every loop-nest path (single panel, wide tiles, panels, row split). 16
+// threads (more than the cores: correctness only) take the splits of many-core machines: wide
+// and single-panel tiles narrowed so that every thread has a group, and (column group, panel
+// range) units where the groups alone are too few.
 TEST(Gemm, ThreadCountDoesNotChangeResults) {
   std::mt19937 rng(555);
-  ThreadPool pool1(1), pool2(2);
+  ThreadPool pool1(1), pool2(2), pool16(16);
   for (auto [m, n, k] : {std::array<int64_t, 3>{1, 1100, 301},
                          {5, 515, 97},
                          {8, 1100, 301},
@@ -185,18 +188,25 @@ TEST(Gemm, ThreadCountDoesNotChangeResults) {
                          {32, 1100, 301},
                          {33, 515, 97},
                          {200, 40, 301},
-                         {300, 1100, 301}}) {
+                         {300, 1100, 301},
+                         {1, 520, 64},
+                         {3, 1024, 64},
+                         {130, 600, 70}}) {
     Problem p = make_problem(m, n, k, rng);
     auto packed = packed_alloc(n, k);
     pack_weight(packed.get(), p.w.data(), n, k);
     for (GemmIsa isa : isas()) {
-      std::vector<float> out1(size_t(m * n)), out2(size_t(m * n));
+      std::vector<float> out1(size_t(m * n)), out2(size_t(m * n)), out16(size_t(m * n));
       GemmArgs a{out1.data(), n, p.x.data(), p.ldx, packed.get(), p.bias.data(), m, n, k};
       gemm(a, pool1, isa);
       a.out = out2.data();
       gemm(a, pool2, isa);
+      a.out = out16.data();
+      gemm(a, pool16, isa);
       EXPECT_EQ(std::memcmp(out1.data(), out2.data(), out1.size() * 4), 0)
           << gemm_isa_name(isa) << " m=" << m << " n=" << n << " k=" << k;
+      EXPECT_EQ(std::memcmp(out1.data(), out16.data(), out1.size() * 4), 0)
+          << gemm_isa_name(isa) << " 16 threads m=" << m << " n=" << n << " k=" << k;
     }
   }
 }

@@ -181,19 +181,23 @@ struct DecodeItem {
   int64_t k0, k1;      // keys [k0, k1) of the sequence
   int64_t part;        // index of this partition within the sequence
   float* partial;      // nullptr: the only partition, normalize into out; else [Hq][D + 2]
+  // kv heads [h0, h1) (AVX2 path; h1 == 0: all). With fewer items than threads a sequence's
+  // heads are split over items: each head's arithmetic is the same either way, so no bit moves.
+  int64_t h0 = 0, h1 = 0;
 };
 
-// Softmax states of every query head of item.seq over keys [k0, k1). m, l: [Hq]; acc: [Hq][D].
+// Softmax states of the query heads of kv heads [h0, h1) of item.seq over keys [k0, k1).
+// m, l: [Hq]; acc: [Hq][D] (the item's heads written).
 template <int G>
-void decode_partition(const AttnArgs& a, const DecodeItem& it, float* m, float* l, float* acc,
-                      uint16_t* stage) {
-  const int64_t d = a.head_dim, hkv = a.num_kv_heads, hq = hkv * G;
+void decode_partition(const AttnArgs& a, const DecodeItem& it, int64_t h0, int64_t h1, float* m,
+                      float* l, float* acc, uint16_t* stage) {
+  const int64_t d = a.head_dim, hkv = a.num_kv_heads;
   const int32_t* table = a.block_tables + it.seq * a.max_num_blocks;
-  for (int64_t h = 0; h < hq; ++h) {
+  for (int64_t h = h0 * G; h < h1 * G; ++h) {
     m[h] = kNegInf;
     l[h] = 0.0f;
   }
-  std::fill(acc, acc + hq * d, 0.0f);
+  std::fill(acc + h0 * G * d, acc + h1 * G * d, 0.0f);
   const int64_t row = hkv * d;            // one key's token row [Hkv, D]
   const uint16_t* vstage = stage ? stage + kDecodeChunk * row : nullptr;
   const uint16_t* krow[kDecodeChunk];
@@ -206,7 +210,8 @@ void decode_partition(const AttnArgs& a, const DecodeItem& it, float* m, float* 
   // replaced (bench_attention, 16 sequences x 1,024 keys, Zen 3, 2 threads: 4.3 -> 2.55 ms per
   // layer; without the prefetch 4.1). An fp8 cache's rows are converted into the stage first.
   const bool in_place = a.k_fp8 == nullptr;
-  const int64_t row_lines = (row * int64_t(sizeof(uint16_t)) + 63) / 64;
+  // Lines of the item's heads within a row (the slice prefetched).
+  const int64_t row_lines = ((h1 - h0) * d * int64_t(sizeof(uint16_t)) + 63) / 64;
   for (int64_t j = 0; j < std::min(kDecodeChunk, it.k1 - it.k0); ++j)
     next_rows[j] = token_row(a, table, it.k0 + j);
   for (int64_t c0 = it.k0; c0 < it.k1; c0 += kDecodeChunk) {
@@ -219,13 +224,13 @@ void decode_partition(const AttnArgs& a, const DecodeItem& it, float* m, float* 
       for (int64_t j = 0; j < n; ++j)
         stage_kv_row(a, rows[j], stage + j * row, stage + (kDecodeChunk + j) * row);
     ChunkPrefetch pf;
-    pf.k = a.k_cache;
-    pf.v = a.v_cache;
+    pf.k = in_place ? a.k_cache + h0 * d : nullptr;
+    pf.v = in_place ? a.v_cache + h0 * d : nullptr;
     pf.rows = next_rows;
     pf.row_lines = row_lines;
     const int64_t pf_total = in_place ? nn * row_lines : 0;  // lines of each of K and V
-    for (int64_t h = 0; h < hkv; ++h) {
-      pf.end = pf_total * (h + 1) / hkv;
+    for (int64_t h = h0; h < h1; ++h) {
+      pf.end = pf_total * (h - h0 + 1) / (h1 - h0);
       for (int64_t j = 0; j < n; ++j) {
         krow[j] = in_place ? a.k_cache + rows[j] + h * d : stage + j * row + h * d;
         vrow[j] = in_place ? a.v_cache + rows[j] + h * d : vstage + j * row + h * d;
@@ -241,17 +246,20 @@ void decode_partition(const AttnArgs& a, const DecodeItem& it, float* m, float* 
 template <int G>
 void run_decode_item(const AttnArgs& a, const DecodeItem& it, DecodeScratch& sc) {
   const int64_t d = a.head_dim, hq = a.num_kv_heads * G;
+  const int64_t h0 = it.h0, h1 = it.h1 > 0 ? it.h1 : a.num_kv_heads;
   std::vector<float>& scratch = sc.f;
   scratch.resize(size_t(hq * (d + 2)));
   float* m = scratch.data();
   float* l = m + hq;
   float* acc = l + hq;
-  decode_partition<G>(a, it, m, l, acc, sc.stage_for(a, false));
-  if (it.partial) {
-    std::copy(scratch.begin(), scratch.end(), it.partial);
+  decode_partition<G>(a, it, h0, h1, m, l, acc, sc.stage_for(a, false));
+  if (it.partial) {  // this item's heads of the partial state [m: Hq][l: Hq][acc: Hq][D]
+    std::copy(m + h0 * G, m + h1 * G, it.partial + h0 * G);
+    std::copy(l + h0 * G, l + h1 * G, it.partial + hq + h0 * G);
+    std::copy(acc + h0 * G * d, acc + h1 * G * d, it.partial + 2 * hq + h0 * G * d);
     return;
   }
-  for (int64_t h = 0; h < hq; ++h) {
+  for (int64_t h = h0 * G; h < h1 * G; ++h) {
     float* o = a.out + (it.seq * hq + h) * d;
     const float inv = a.out_scale / l[h];
     for (int64_t e = 0; e < d; ++e) o[e] = acc[h * d + e] * inv;
@@ -640,6 +648,22 @@ void CpuBackend::attention_decode(Tensor out, Tensor q, const LayerKVCache& cach
     return x.k1 - x.k0 > y.k1 - y.k0;
   });
   const bool avx512 = use_avx512(a, decode_avx512_);
+  // Fewer items than threads (one or a few sequences, short contexts): the AVX2 path on a bf16
+  // cache splits each item's kv heads over items, so every thread has work.
+  const int64_t threads = pool_.size();
+  if (!avx512 && a.k_fp8 == nullptr && int64_t(items.size()) < threads && a.num_kv_heads > 1) {
+    const int64_t splits =
+        std::min(a.num_kv_heads, (threads + int64_t(items.size()) - 1) / int64_t(items.size()));
+    std::vector<DecodeItem> split;
+    for (const DecodeItem& it : items)
+      for (int64_t s = 0; s < splits; ++s) {
+        DecodeItem part = it;
+        part.h0 = a.num_kv_heads * s / splits;
+        part.h1 = a.num_kv_heads * (s + 1) / splits;
+        split.push_back(part);
+      }
+    items = std::move(split);
+  }
   run_dynamic(
       pool_, int64_t(items.size()), [] { return DecodeScratch(); },
       [&](int64_t i, DecodeScratch& sc) {

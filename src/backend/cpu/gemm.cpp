@@ -231,10 +231,15 @@ void gemm(const GemmArgs& a, ThreadPool& pool, GemmIsa isa) {
   const int64_t mr = ks.balance_panels ? ceil_div(a.m, ceil_div(a.m, ks.mr)) : ks.mr;
   const int64_t npanels = ceil_div(a.m, mr);
   const int64_t nblocks = ceil_div(a.n, kBlockCols);
-  const int64_t ngroups = ceil_div(nblocks, ks.nb);
+  const int threads = pool.size();
+  // Blocks per column group: the kernels' width, narrower for a single x panel when that would
+  // leave threads without a group (several panels split in two dimensions instead, below).
+  // Column sums do not depend on the width.
+  const int64_t gnb =
+      npanels == 1 ? std::clamp<int64_t>(nblocks / (2 * threads), 1, ks.nb) : int64_t(ks.nb);
+  const int64_t ngroups = ceil_div(nblocks, gnb);
   const int64_t panel_bytes = kpairs * mr * int64_t(ks.pair_bytes);
   const int64_t block_stride = kpairs * kBlockPairBytes;
-  const int threads = pool.size();
 
   // 1. x -> packed bf16 panels, once per call ([npanels][kpairs][mr] pairs).
   PackedX xp(a.scratch, size_t(npanels * panel_bytes));
@@ -253,7 +258,7 @@ void gemm(const GemmArgs& a, ThreadPool& pool, GemmIsa isa) {
   // nb = 1 it follows the current one in memory), the near-ahead prefetch only where nothing
   // was prefetched. One x panel (decode): each weight is used once, so no k blocking.
   const int64_t kc = npanels == 1 ? kpairs : kKcPairs;
-  const bool spread = ks.prefetch_next && ks.nb == 1;
+  const bool spread = ks.prefetch_next && gnb == 1;
   auto work = [&](int64_t g0, int64_t g1, int64_t p0, int64_t p1) {
     detail::Tile t{};
     t.xs = mr;
@@ -262,13 +267,13 @@ void gemm(const GemmArgs& a, ThreadPool& pool, GemmIsa isa) {
     for (int64_t pb = p0; pb < p1; pb += ks.mc_panels) {
       const int64_t pe = std::min(p1, pb + ks.mc_panels);
       for (int64_t g = g0; g < g1; ++g) {
-        const int64_t col0 = g * ks.nb * kBlockCols;
-        t.ncols = int(std::min<int64_t>(ks.nb * kBlockCols, a.n - col0));
+        const int64_t col0 = g * gnb * kBlockCols;
+        t.ncols = int(std::min<int64_t>(gnb * kBlockCols, a.n - col0));
         t.bias = a.bias ? a.bias + col0 : nullptr;
         for (int64_t kp0 = 0; kp0 < kpairs; kp0 += kc) {
           t.kpairs = std::min(kc, kpairs - kp0);
           t.first = kp0 == 0;
-          t.w = static_cast<const uint8_t*>(a.packed_w) + g * ks.nb * block_stride +
+          t.w = static_cast<const uint8_t*>(a.packed_w) + g * gnb * block_stride +
                 kp0 * kBlockPairBytes;
           // The next weight panel of this thread: (g, next k block) or (g + 1, 0).
           int64_t next_bytes = 0;
@@ -300,16 +305,27 @@ void gemm(const GemmArgs& a, ThreadPool& pool, GemmIsa isa) {
     }
   };
 
-  // Split over column groups (each thread streams its own weights) unless there are too few
-  // groups to balance and enough x panels to split instead.
-  const bool split_m = ngroups < 4 * threads && npanels > ngroups;
-  if (split_m) {
-    run_chunks(pool, npanels, std::clamp<int64_t>(npanels / (threads * 8), 1, 16),
-               [&](int64_t p0, int64_t p1) { work(0, ngroups, p0, p1); });
-  } else {
-    run_chunks(pool, ngroups, std::clamp<int64_t>(ngroups / (threads * 8), 1, 8),
+  // Units of work: column groups alone where there are enough to balance (each thread streams
+  // its own weights); otherwise (group, x panel range) pairs, the panels cut into as many ranges
+  // as it takes for about 8 units a thread, so that every thread has work at any count (a
+  // group's weights are then read by several threads). Each output tile is computed the same
+  // way under any split, so the split changes no result.
+  const int64_t want = 8 * int64_t(threads);
+  if (ngroups >= want / 2 || npanels == 1) {
+    run_chunks(pool, ngroups, std::clamp<int64_t>(ngroups / want, 1, 8),
                [&](int64_t g0, int64_t g1) { work(g0, g1, 0, npanels); });
+    return;
   }
+  const int64_t pstep = ceil_div(npanels, std::min(npanels, ceil_div(want, ngroups)));
+  const int64_t nranges = ceil_div(npanels, pstep);
+  // Unit u: panel range u / ngroups, group u % ngroups (a thread's consecutive units share the
+  // x slab of one range).
+  run_chunks(pool, ngroups * nranges, 1, [&](int64_t u0, int64_t u1) {
+    for (int64_t u = u0; u < u1; ++u) {
+      const int64_t r = u / ngroups, g = u % ngroups;
+      work(g, g + 1, r * pstep, std::min(npanels, (r + 1) * pstep));
+    }
+  });
 }
 
 }  // namespace nanovllm::cpu
