@@ -1,8 +1,9 @@
 // nanovllm bench: nano-vllm's bench.py workload with the napkin math of its phases, then the
 // roofline figures (single-sequence decode against memory bandwidth; one fresh prompt of each
-// --prefill-lens length, 512 by default, against the GEMM instructions' peak, its causal attention FLOPs shown
-// apart so that a long prompt's cost is held against its work); --sweep: workloads of 1, 4, 16, 32, 64 sequences of 128 + 128 tokens as a
-// table. Every fraction is of the ceilings measured in the same run.
+// --prefill-lens length, 512 by default, against the GEMM instructions' peak, its causal
+// attention FLOPs shown apart so that a long prompt's cost is held against its work); --sweep:
+// workloads of 1, 4, 16, 32, 64 sequences of 128 + 128 tokens as a table. Every fraction is of
+// the ceilings measured in the same run.
 #include <chrono>
 #include <cstdio>
 #include <vector>

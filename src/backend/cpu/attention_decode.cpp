@@ -61,7 +61,8 @@ struct ChunkPrefetch {
   int64_t done = 0, end = 0;      // lines issued, lines to issue by the end of this kv head
   void next() {
     if (done >= end) return;
-    const int64_t off = rows[done / row_lines] * int64_t(sizeof(uint16_t)) + (done % row_lines) * 64;
+    const int64_t off =
+        rows[done / row_lines] * int64_t(sizeof(uint16_t)) + (done % row_lines) * 64;
     _mm_prefetch(reinterpret_cast<const char*>(k) + off, _MM_HINT_T1);
     _mm_prefetch(reinterpret_cast<const char*>(v) + off, _MM_HINT_T1);
     ++done;

@@ -72,7 +72,8 @@ void run_chunks(ThreadPool& pool, int64_t units, int64_t chunk, const Fn& fn) {
 // streams each weight block from memory, the others (M > wide_max_rows) re-read it from L2.
 // With several passes, prefetch_next kernels prefetch the thread's next group during the
 // current group's passes (a 1/npass slice in each), so memory streams under every pass; the
-// others prefetch near ahead in each pass. The split depends only on the shape, so results do not depend on the threads.
+// others prefetch near ahead in each pass. Each column's sum runs in the same order under any
+// split, so results do not depend on the thread count.
 void gemm_wide(const GemmArgs& a, ThreadPool& pool, const detail::KernelSet& ks) {
   const int64_t kpairs = ceil_div(a.k, 2);
   const int64_t npass = ceil_div(a.m, ks.wide_max_rows);

@@ -61,7 +61,8 @@ void pack_x(void* dst, const float* x, int64_t ldx, int64_t m, int64_t k, int64_
           const float* src = x + rowi * ldx + k0;
           const int64_t valid = std::min<int64_t>(kn, k - k0);
           int64_t i = 0;
-          for (; i + 8 <= valid; i += 8) _mm256_store_ps(row + i, round_bf16(_mm256_loadu_ps(src + i)));
+          for (; i + 8 <= valid; i += 8)
+            _mm256_store_ps(row + i, round_bf16(_mm256_loadu_ps(src + i)));
           for (; i < valid; ++i) row[i] = bf16_to_f32(f32_to_bf16(src[i]));
           for (; i < kn; ++i) row[i] = 0.0f;
         } else {
@@ -126,7 +127,8 @@ void tile_kernel(const Tile& t) {
       if (prefetch)
 #pragma GCC unroll 4
         for (int b = 0; b < NB; ++b)
-          _mm_prefetch(reinterpret_cast<const char*>(w + b * ws + kPrefetchBytes / NB), _MM_HINT_T0);
+          _mm_prefetch(reinterpret_cast<const char*>(w + b * ws + kPrefetchBytes / NB),
+                       _MM_HINT_T0);
       for (credit += pf_lines; credit >= kpairs; credit -= kpairs, pf += 64)
         _mm_prefetch(pf, _MM_HINT_T0);
 #pragma GCC unroll 4
