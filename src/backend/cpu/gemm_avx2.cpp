@@ -2,9 +2,9 @@
 // row of a 16-column block is widened to f32 in registers: the even k by a shift (the low half
 // << 16), then the odd k by a mask (the high half). Each widened half meets every row of the
 // tile before the next is made, so a 6-row tile holds 12 accumulators + 2 widened weights + 1
-// broadcast x (15 of the 16 ymm) and spends 4 widening instructions per 24 FMAs. They run on
-// the vector ALU ports beside the two FMA pipes: measured on a Zen 3, a 6 x 16 tile from L1
-// runs at 97% of the FMA loop's rate. Fewer rows cannot hide the FMA latency (4 cycles, 2
+// broadcast x (15 of the 16 ymm) and spends 4 widening instructions per 24 FMAs: measured on a
+// Zen 3, a 6 x 16 tile from L1 runs at 97% of the FMA loop's rate (a 4 x 16 tile that widens
+// all four halves before the FMAs, as before, at 93%). Fewer rows cannot hide the FMA latency (4 cycles, 2
 // dependent FMAs per k pair and accumulator), so 1- and 2-row tiles take 4 and 2 blocks.
 //
 // Weights from memory: a tile may be handed the next tile's weights (Tile::pf_next), which it
