@@ -166,12 +166,13 @@ inline void decode_head_chunk(const AttnArgs& a, const float* const* q, const ui
 }
 
 // Per-thread buffers: f = softmax states (and the partial copied out); stage = a chunk's K rows
-// then V rows as bf16, [2][kDecodeChunk][Hkv * D] (the AVX-512 path needs it for fp8 only).
+// then V rows as bf16, [2][kDecodeChunk][Hkv * D], for fp8 caches only (both paths read a bf16
+// cache in place).
 struct DecodeScratch {
   std::vector<float> f;
   std::vector<uint16_t> stage;
-  uint16_t* stage_for(const AttnArgs& a, bool bf16_too) {
-    if (a.k_fp8 == nullptr && !bf16_too) return nullptr;
+  uint16_t* stage_for(const AttnArgs& a) {
+    if (a.k_fp8 == nullptr) return nullptr;
     stage.resize(size_t(2 * kDecodeChunk * a.num_kv_heads * a.head_dim));
     return stage.data();
   }
@@ -253,7 +254,7 @@ void run_decode_item(const AttnArgs& a, const DecodeItem& it, DecodeScratch& sc)
   float* m = scratch.data();
   float* l = m + hq;
   float* acc = l + hq;
-  decode_partition<G>(a, it, h0, h1, m, l, acc, sc.stage_for(a, false));
+  decode_partition<G>(a, it, h0, h1, m, l, acc, sc.stage_for(a));
   if (it.partial) {  // this item's heads of the partial state [m: Hq][l: Hq][acc: Hq][D]
     std::copy(m + h0 * G, m + h1 * G, it.partial + h0 * G);
     std::copy(l + h0 * G, l + h1 * G, it.partial + hq + h0 * G);
@@ -552,7 +553,7 @@ void run_decode_item512(const AttnArgs& a, const DecodeItem& it, DecodeScratch& 
   float* acc = l + hp;  // hp is a multiple of 16: acc and qp stay 64-byte aligned
   float* qp = acc + hp * d;
   float* tmp = qp + hp * d;
-  decode_partition512<G, D>(a, it, m, l, acc, qp, sc.stage_for(a, false));
+  decode_partition512<G, D>(a, it, m, l, acc, qp, sc.stage_for(a));
   if (it.partial) {
     std::copy(m, m + hq, it.partial);
     std::copy(l, l + hq, it.partial + hq);

@@ -171,11 +171,11 @@ using TileFn = void (*)(const Tile&);
 
 // Blocks per tile for a tile of `rows` rows: enough independent accumulators to cover the FMA
 // latency (8 or more), at most 12.
-int wide_nb(int rows) { return rows == 1 ? 4 : rows == 2 ? 2 : 1; }
+constexpr int wide_nb(int rows) { return rows == 1 ? 4 : rows == 2 ? 2 : 1; }
 
 template <int R, int NB>
 constexpr TileFn entry() {
-  if constexpr (NB <= (R == 1 ? 4 : R == 2 ? 2 : 1))
+  if constexpr (NB <= wide_nb(R))
     return tile_kernel<R, NB>;
   else
     return nullptr;
