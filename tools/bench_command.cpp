@@ -15,6 +15,7 @@
 #include "backend/cpu/roofline.h"
 #include "engine/llm_engine.h"
 #include "model/model_stats.h"
+#include "model/weights.h"
 #include "nanovllm/llm.h"
 #include "tools/bench_report.h"
 #include "tools/commands.h"
@@ -132,10 +133,17 @@ void add_bench(CLI::App& app, Commands& commands) {
                    cpu::describe(bw_ceiling, "GB/s").c_str(), ceilings.peak_name.c_str(),
                    cpu::describe(peak_ceiling, "GFLOP/s").c_str());
     }
-    const double weight_gb = double(weight_bytes_per_decode_step(mc)) / 1e9;
+    const QuantScheme quant = parse_quantization(a->config.quantization);
+    const int64_t step_weight_bytes =
+        weight_bytes_per_decode_step(mc, quant, embedding_quantization(quant));
+    const double weight_gb = double(step_weight_bytes) / 1e9;
     const double gflop_per_token = matmul_flops_per_token(mc) / 1e9;
-    std::fprintf(stderr, "model: %.3f GB of bf16 weights read per decode step, %.3f GFLOP of matmul per prompt token\n",
-                 weight_gb, gflop_per_token);
+    const std::string format =
+        quant.enabled() ? fmt::format("{} (lm_head {})", quantization_name(quant),
+                                      quantization_name(embedding_quantization(quant)))
+                        : "bf16";
+    std::fprintf(stderr, "model: %.3f GB of %s weights read per decode step, %.3f GFLOP of matmul per prompt token\n",
+                 weight_gb, format.c_str(), gflop_per_token);
     std::fprintf(stderr, "kernels: %s\n", engine.backend().describe().c_str());
 
     auto run = [&](BenchWorkload w) {
@@ -154,7 +162,7 @@ void add_bench(CLI::App& app, Commands& commands) {
       const double t0 = now_seconds();
       llm.generate(w.prompts, params, nullptr, [&](const GenerateProgress& p) { r.progress = p; });
       r.seconds = now_seconds() - t0;
-      return phase_figures(mc, r, kv_elem, ceilings);
+      return phase_figures(mc, r, kv_elem, step_weight_bytes, ceilings);
     };
 
     nlohmann::json j;
@@ -171,6 +179,7 @@ void add_bench(CLI::App& app, Commands& commands) {
       j["machine_load"] = cpu::machine_load();
     }
     j["weight_gb_per_decode_step"] = weight_gb;
+    j["weight_format"] = format;
     if (a->sweep) {
       const std::vector<int> sweep = {1, 4, 16, 32, 64};
       std::vector<PhaseFigures> rows;

@@ -12,6 +12,7 @@ double pct(double x, double ceiling) { return ceiling > 0 ? 100.0 * x / ceiling 
 }  // namespace
 
 PhaseFigures phase_figures(const ModelConfig& c, const WorkloadRun& run, int64_t kv_elem_bytes,
+                           int64_t step_weight_bytes,
                            const Ceilings& ceilings) {
   PhaseFigures f;
   for (int p : run.prompt_lens) f.prompt_tokens += p;
@@ -23,7 +24,7 @@ PhaseFigures phase_figures(const ModelConfig& c, const WorkloadRun& run, int64_t
   f.decode_seconds = run.progress.decode_seconds;
   f.decode_steps = run.progress.num_decode_steps;
   f.prefill_gflops = f.prefill_seconds > 0 ? f.work.prefill_flops / f.prefill_seconds / 1e9 : 0;
-  f.decode_bytes = double(f.decode_steps) * double(weight_bytes_per_decode_step(c)) + f.work.decode_kv_bytes;
+  f.decode_bytes = double(f.decode_steps) * double(step_weight_bytes) + f.work.decode_kv_bytes;
   f.decode_gbs = f.decode_seconds > 0 ? f.decode_bytes / f.decode_seconds / 1e9 : 0;
   f.decode_gflops = f.decode_seconds > 0 ? f.work.decode_flops / f.decode_seconds / 1e9 : 0;
   if (ceilings.bandwidth_gbs > 0 && ceilings.peak_gflops > 0) {

@@ -41,8 +41,9 @@ struct PhaseFigures {
   double bound_total_tok_s = 0;
 };
 
+// step_weight_bytes: the weights one decode step reads (model_stats.h, in the run's format).
 PhaseFigures phase_figures(const ModelConfig& c, const WorkloadRun& run, int64_t kv_elem_bytes,
-                           const Ceilings& ceilings);
+                           int64_t step_weight_bytes, const Ceilings& ceilings);
 // Human lines (stderr) and the JSON fields of one run's phases.
 void print_phases(const PhaseFigures& f, const Ceilings& ceilings, double weight_gb);
 nlohmann::json phases_json(const PhaseFigures& f, const Ceilings& ceilings);

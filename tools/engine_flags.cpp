@@ -13,6 +13,10 @@ void add_engine_flags(CLI::App& cmd, Config& c) {
   cmd.add_option("--kv-cache-dtype", c.kv_cache_dtype,
                  "KV cache element: auto (= bf16), bf16 or fp8 (E4M3: twice the tokens)")
       ->check(CLI::IsMember({"auto", "bf16", "fp8"}));
+  cmd.add_option("--quantization", c.quantization,
+                 "quantize the weights at load: none, int8 (per output channel) or int4 (groups "
+                 "of 64; int4-g32, int4-g128), every linear and the embedding / lm_head")
+      ->check(CLI::IsMember({"none", "int8", "int4", "int4-g32", "int4-g64", "int4-g128"}));
   cmd.add_flag("--no-prefix-cache{false}", c.enable_prefix_caching, "disable prefix caching");
   cmd.add_option("--scheduling", c.scheduling,
                  "mixed (decodes and prompt chunks share each step's token budget) or "

@@ -20,6 +20,9 @@ struct Config {
                                         // a step is all prompt work or all decodes (nano-vllm)
   std::string kv_cache_dtype = "auto";  // KV cache element: "auto" (= "bf16") | "bf16" | "fp8"
                                         // (E4M3 with per-layer k/v scales: twice the tokens)
+  std::string quantization = "none";    // weights quantized at load: "none" | "int8" (per output
+                                        // channel) | "int4" (groups of 64 k; "int4-g32",
+                                        // "int4-g128"), every linear and the embedding / lm_head
   std::string device = "cpu";           // "cpu" | "cuda"
   float gpu_memory_utilization = 0.9f;  // CUDA: share of the GPU's memory the engine may use
   bool enforce_eager = false;           // CUDA: no graphs, every decode step launched eagerly

@@ -22,6 +22,8 @@ class Config:
     kv_cache_memory: int = 0          # KV cache bytes; 0: the device's default
     enable_prefix_caching: bool = True
     kv_cache_dtype: str = "auto"      # "auto" (= "bf16"), "bf16" or "fp8" (E4M3)
+    quantization: str = "none"        # weights quantized at load: "none", "int8", "int4"
+                                      # ("int4-g32", "int4-g64", "int4-g128")
     distributed_backend: str = "threads"  # tensor_parallel_size ranks as threads of this process,
                                           # or "mpi": one rank per process under mpirun
 
@@ -54,6 +56,7 @@ class Config:
         c.kv_cache_memory = self.kv_cache_memory
         c.enable_prefix_caching = self.enable_prefix_caching
         c.kv_cache_dtype = self.kv_cache_dtype
+        c.quantization = self.quantization
         c.tensor_parallel_size = self.tensor_parallel_size
         c.distributed_backend = self.distributed_backend
         c.show_progress = False  # the Python progress bar (nanovllm.progress) is drawn instead

@@ -28,6 +28,7 @@ void bind_config(py::module_& m) {
       .def_readwrite("kv_cache_memory", &Config::kv_cache_memory)
       .def_readwrite("enable_prefix_caching", &Config::enable_prefix_caching)
       .def_readwrite("kv_cache_dtype", &Config::kv_cache_dtype)
+      .def_readwrite("quantization", &Config::quantization)
       .def_readwrite("device", &Config::device)
       .def_readwrite("gpu_memory_utilization", &Config::gpu_memory_utilization)
       .def_readwrite("enforce_eager", &Config::enforce_eager)

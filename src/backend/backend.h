@@ -16,14 +16,17 @@
 #include "distributed/communicator.h"
 #include "runtime/forward_batch.h"
 #include "runtime/logprobs.h"
+#include "runtime/quant.h"
 
 namespace nanovllm {
 
 // A weight prepared for linear(): logical shape [N, K] (out = x @ w^T), stored in whatever layout
 // the backend's GEMM wants (the CPU backend packs it; CUDA keeps row-major). Made once at load.
+// quant: bf16 (format None) or the quantized format it was made from (runtime/quant.h).
 struct LinearWeight {
   int64_t n = 0;  // output features
   int64_t k = 0;  // input features
+  QuantScheme quant;
   Buffer storage;
   Tensor data;    // the backend's view of storage
 };
@@ -70,6 +73,13 @@ class Backend {
   // ---- weights ----
   // w: [N, K] bf16 row-major, on the host. Returns it in the backend's GEMM layout.
   virtual LinearWeight make_linear_weight(Tensor w_host) = 0;
+  // The same from a quantized weight (runtime/quant.h), repacked into the backend's quantized
+  // layout; linear() and the embedding lookups then run on it. A backend without quantized
+  // kernels throws Error naming itself.
+  virtual LinearWeight make_quantized_linear_weight(const QuantizedWeight& w) {
+    fail("{} does not run quantized weights ({}): load the model without --quantization",
+         describe(), quantization_name(w.scheme));
+  }
 
   // ---- ops ----
   // out[t] = table[ids[t]]   out: act [T, H]; ids: i32 [T]; table: the [V, H] embedding.

@@ -6,6 +6,7 @@
 
 #include "distributed/nccl_communicator.h"
 #include "model/tp_shard.h"
+#include "runtime/quant.h"
 #include "runtime/sampling_rng.h"
 
 namespace nanovllm {
@@ -33,6 +34,7 @@ void validate_config(const Config& c) {
   if (c.num_threads < 0) fail("threads must be >= 0, got {}", c.num_threads);
   if (c.kv_cache_dtype != "auto" && c.kv_cache_dtype != "bf16" && c.kv_cache_dtype != "fp8")
     fail("kv_cache_dtype must be auto, bf16 or fp8, got '{}'", c.kv_cache_dtype);
+  parse_quantization(c.quantization);  // Error naming the accepted values
   if (c.tensor_parallel_size < 1 || c.tensor_parallel_size > 64)
     fail("tensor_parallel_size must be in [1, 64], got {}", c.tensor_parallel_size);
   if (c.distributed_backend != "threads" && c.distributed_backend != "mpi")

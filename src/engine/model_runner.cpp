@@ -82,8 +82,9 @@ void ModelRunner::load_model(const Config& config, const ModelConfig& model_conf
   }
   Checkpoint checkpoint(config.model);
   kv_format_ = make_kv_cache_format(config.kv_cache_dtype, checkpoint, model_config.num_hidden_layers);
-  ModelWeights weights = tp_ > 1 ? load_weights_shard(checkpoint, model_config, {comm_->rank(), tp_}, backend_)
-                                 : load_weights(checkpoint, model_config, backend_);
+  const QuantScheme quant = parse_quantization(config.quantization);
+  ModelWeights weights = tp_ > 1 ? load_weights_shard(checkpoint, model_config, {comm_->rank(), tp_}, backend_, quant)
+                                 : load_weights(checkpoint, model_config, backend_, quant);
   model_ = std::make_unique<Qwen3Model>(model_config_, std::move(weights), backend_, config.max_model_len);
   if (tp_ > 1) backend_.set_communicator(data_comm_);
 }

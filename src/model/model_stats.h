@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "model/hf_config.h"
+#include "runtime/quant.h"
 
 namespace nanovllm {
 
@@ -14,10 +15,19 @@ inline int64_t decoder_linear_params(const ModelConfig& c) {
   return int64_t(c.num_hidden_layers) * ((q + 2 * kv) * H + H * q + 3 * I * H);
 }
 
-// bf16 weight bytes one decode step streams: every decoder linear, the lm_head, the norms.
-inline int64_t weight_bytes_per_decode_step(const ModelConfig& c) {
-  const int64_t norms = int64_t(c.num_hidden_layers) * (2 * c.hidden_size + 2 * c.head_dim) + c.hidden_size;
-  return 2 * (decoder_linear_params(c) + int64_t(c.vocab_size) * c.hidden_size + norms);
+// Weight bytes one decode step streams: every decoder linear (in `linear`), the lm_head (in
+// `table`), the bf16 norms. Quantized formats count their scales (runtime/quant.h).
+inline int64_t weight_bytes_per_decode_step(const ModelConfig& c, QuantScheme linear = {},
+                                            QuantScheme table = {}) {
+  const int64_t H = c.hidden_size, D = c.head_dim, I = c.intermediate_size;
+  const int64_t q = int64_t(c.num_attention_heads) * D, kv = int64_t(c.num_key_value_heads) * D;
+  auto bytes = [](QuantScheme s, int64_t n, int64_t k) {
+    return double(n) * double(k) * quantized_bytes_per_weight(s, k);
+  };
+  const double layer = bytes(linear, q + 2 * kv, H) + bytes(linear, H, q) +
+                       bytes(linear, 2 * I, H) + bytes(linear, H, I);
+  const int64_t norms = int64_t(c.num_hidden_layers) * (2 * H + 2 * D) + H;
+  return int64_t(double(c.num_hidden_layers) * layer + bytes(table, c.vocab_size, H)) + 2 * norms;
 }
 
 // Matmul FLOPs of one prompt token (2 per multiply-add; attention and lm_head excluded).

@@ -59,9 +59,21 @@ class ShardLoader {
     return out;
   }
 
-  LinearWeight linear(std::vector<uint16_t> w, int64_t n, int64_t k) {
+  LinearWeight linear(std::vector<uint16_t> w, int64_t n, int64_t k, QuantScheme quant,
+                      const std::string& name) {
     NV_CHECK(int64_t(w.size()) == n * k, "{} values for [{}, {}]", w.size(), n, k);
+    if (quant.enabled()) return backend_.make_quantized_linear_weight(quantize_rtn(w.data(), n, k, quant, name));
     return backend_.make_linear_weight(Tensor::contiguous(w.data(), DType::BF16, {n, k}, DeviceKind::CPU));
+  }
+
+  // Columns [begin, begin + count) of the [n, k] weight `name` as a linear weight. Quantized: the
+  // whole weight is quantized and the shard cut from it (quant.h slice_cols).
+  LinearWeight linear_cols(const std::string& name, int64_t n, int64_t k, int64_t begin,
+                           int64_t count, QuantScheme quant) {
+    if (!quant.enabled()) return linear(cols(name, n, k, begin, count), n, count, quant, name);
+    const std::vector<uint16_t> whole = rows(name, n, k, 0, n);
+    return backend_.make_quantized_linear_weight(
+        slice_cols(quantize_rtn(whole.data(), n, k, quant, name), begin, begin + count, name));
   }
 
   Tensor vector(const std::vector<uint16_t>& v) { return upload_small_bf16(backend_, w_, v); }
@@ -103,7 +115,9 @@ ModelConfig shard_config(const ModelConfig& full, int tp) {
   return c;
 }
 
-ModelWeights load_weights_shard(const Checkpoint& ckpt, const ModelConfig& c, TpShard s, Backend& backend) {
+ModelWeights load_weights_shard(const Checkpoint& ckpt, const ModelConfig& c, TpShard s, Backend& backend,
+                                QuantScheme quant) {
+  const QuantScheme table = embedding_quantization(quant);
   const ModelConfig local = shard_config(c, s.size);  // every divisibility error comes first
   if (s.rank < 0 || s.rank >= s.size) fail("tensor parallel rank {} outside [0, {})", s.rank, s.size);
   ModelWeights w;
@@ -117,10 +131,11 @@ ModelWeights load_weights_shard(const Checkpoint& ckpt, const ModelConfig& c, Tp
   // (lm_head stays empty, as load_weights leaves it).
   w.vocab_parallel = s.size > 1;
   w.vocab_start = s.rank * v_local;
-  w.embed_tokens =
-      load.linear(load.rows("model.embed_tokens.weight", V, H, w.vocab_start, v_local), v_local, H);
+  w.embed_tokens = load.linear(load.rows("model.embed_tokens.weight", V, H, w.vocab_start, v_local),
+                               v_local, H, table, "model.embed_tokens.weight");
   if (!c.tie_word_embeddings) {
-    w.lm_head = load.linear(load.rows("lm_head.weight", V, H, w.vocab_start, v_local), v_local, H);
+    w.lm_head = load.linear(load.rows("lm_head.weight", V, H, w.vocab_start, v_local), v_local, H,
+                            table, "lm_head.weight");
   }
   w.norm = load.vector(load.rows("model.norm.weight", H, 0, 0, H));
   for (int i = 0; i < c.num_hidden_layers; ++i) {
@@ -130,19 +145,20 @@ ModelWeights load_weights_shard(const Checkpoint& ckpt, const ModelConfig& c, Tp
     std::vector<uint16_t> qkv = load.rows(p + "self_attn.q_proj.weight", hq * D, H, h.q_begin * D, h.q_count * D);
     append(qkv, load.rows(p + "self_attn.k_proj.weight", hkv * D, H, h.kv_begin * D, h.kv_count * D));
     append(qkv, load.rows(p + "self_attn.v_proj.weight", hkv * D, H, h.kv_begin * D, h.kv_count * D));
-    l.qkv_proj = load.linear(std::move(qkv), (h.q_count + 2 * h.kv_count) * D, H);
+    l.qkv_proj = load.linear(std::move(qkv), (h.q_count + 2 * h.kv_count) * D, H, quant,
+                             p + "self_attn.q_proj.weight");
     if (c.attention_bias) {
       std::vector<uint16_t> b = load.rows(p + "self_attn.q_proj.bias", hq * D, 0, h.q_begin * D, h.q_count * D);
       append(b, load.rows(p + "self_attn.k_proj.bias", hkv * D, 0, h.kv_begin * D, h.kv_count * D));
       append(b, load.rows(p + "self_attn.v_proj.bias", hkv * D, 0, h.kv_begin * D, h.kv_count * D));
       l.qkv_bias = load.vector(b);
     }
-    l.o_proj = load.linear(load.cols(p + "self_attn.o_proj.weight", H, hq * D, h.q_begin * D, h.q_count * D),
-                           H, h.q_count * D);
+    l.o_proj = load.linear_cols(p + "self_attn.o_proj.weight", H, hq * D, h.q_begin * D,
+                                h.q_count * D, quant);
     std::vector<uint16_t> gate_up = load.rows(p + "mlp.gate_proj.weight", I, H, s.rank * i_local, i_local);
     append(gate_up, load.rows(p + "mlp.up_proj.weight", I, H, s.rank * i_local, i_local));
-    l.gate_up_proj = load.linear(std::move(gate_up), 2 * i_local, H);
-    l.down_proj = load.linear(load.cols(p + "mlp.down_proj.weight", H, I, s.rank * i_local, i_local), H, i_local);
+    l.gate_up_proj = load.linear(std::move(gate_up), 2 * i_local, H, quant, p + "mlp.gate_proj.weight");
+    l.down_proj = load.linear_cols(p + "mlp.down_proj.weight", H, I, s.rank * i_local, i_local, quant);
     l.input_layernorm = load.vector(load.rows(p + "input_layernorm.weight", H, 0, 0, H));
     l.post_attention_layernorm = load.vector(load.rows(p + "post_attention_layernorm.weight", H, 0, 0, H));
     if (c.qk_norm) {

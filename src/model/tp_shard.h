@@ -38,7 +38,10 @@ ModelConfig shard_config(const ModelConfig& full, int tp_size);
 // embed_tokens is [V/tp, H] from vocab row vocab_start = rank V/tp (vocab_parallel when tp > 1),
 // lm_head the same rows of lm_head.weight, or empty when tied (output_projection() is then
 // embed_tokens, as load_weights gives).
+// quant as load_weights: row shards are quantized after slicing (rows quantize independently);
+// column shards (o_proj, down_proj) are cut from the whole weight's quantization, on int4 group
+// boundaries (Error with the numbers when a shard would split a group).
 ModelWeights load_weights_shard(const Checkpoint& checkpoint, const ModelConfig& full,
-                                TpShard shard, Backend& backend);
+                                TpShard shard, Backend& backend, QuantScheme quant = {});
 
 }  // namespace nanovllm

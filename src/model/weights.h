@@ -38,8 +38,13 @@ struct ModelWeights {
 };
 
 // Throws Error naming the file and tensor for a missing tensor or a shape that does not match
-// the config.
-ModelWeights load_weights(const Checkpoint& checkpoint, const ModelConfig& config, Backend& backend);
+// the config. quant (Config::quantization): every linear and the embedding / lm_head are
+// quantized at load (round to nearest, runtime/quant.h), the table by embedding_quantization.
+ModelWeights load_weights(const Checkpoint& checkpoint, const ModelConfig& config, Backend& backend,
+                          QuantScheme quant = {});
+
+// The scheme of the embedding / lm_head table under `linear`, the decoder linears' scheme.
+QuantScheme embedding_quantization(QuantScheme linear);
 
 // A small bf16 vector (norm weight, bias) on the device, its storage kept in w.small.
 Tensor upload_small_bf16(Backend& backend, ModelWeights& w, const std::vector<uint16_t>& v);

@@ -31,6 +31,18 @@ def test_tensor_parallel_equals_one_rank(tiny_model, tiny_llm):
     assert [g["token_ids"] for g in got] == [w["token_ids"] for w in want]
 
 
+def test_quantization_equals_cli(cli, tiny_model):
+    prompts = random_prompts(4)
+    for q in ("int8", "int4"):
+        want = cli_generate(cli, tiny_model, prompts, "--temperature", "0", "--max-tokens", "12",
+                            "--quantization", q)
+        llm = LLM(str(tiny_model), **TINY_ENGINE, quantization=q)
+        got = llm.generate(prompts, SamplingParams(temperature=0, max_tokens=12), use_tqdm=False)
+        assert [g["token_ids"] for g in got] == [w["token_ids"] for w in want], q
+    with pytest.raises(ValueError, match="quantization must be none, int8, int4.*got 'int3'"):
+        LLM(str(tiny_model), quantization="int3")
+
+
 def test_seeded_sampling_equals_cli(cli, tiny_model, tiny_llm):
     # The CLI gives request i the seed seed + i and leaves top_k / top_p to the model's
     # generation_config.json: None does the same here.
@@ -124,7 +136,7 @@ def test_config_defaults_match_engine():
     py, c = Config("m").to_c(), _C.Config()
     for name in ("max_num_batched_tokens", "max_num_seqs", "max_model_len", "block_size",
                  "kv_cache_memory", "enable_prefix_caching", "device", "enforce_eager",
-                 "num_threads"):
+                 "num_threads", "quantization"):
         assert getattr(py, name) == getattr(c, name), name
     assert py.gpu_memory_utilization == pytest.approx(c.gpu_memory_utilization)
 

@@ -6,6 +6,8 @@
 #include <fmt/format.h>
 
 #include "model/safetensors.h"
+#include "model/weights.h"
+#include "runtime/tensor.h"
 #include "runtime/fp8.h"
 #include "util/check.h"
 
@@ -44,6 +46,29 @@ float round_bf16(float x) {
   u &= 0xffff0000u;
   std::memcpy(&x, &u, 4);
   return x;
+}
+
+// x rounded to the grid of the quantized GEMM's x: integers times max|x| / 16383.
+Vec round_int16_grid(const Vec& x) {
+  double amax = 0;
+  for (float v : x) amax = std::max(amax, double(std::fabs(v)));
+  const float s = float(amax) / 16383.0f;
+  if (s == 0) return x;
+  Vec y = x;
+  for (float& v : y) v = std::nearbyint(v * (1.0f / s)) * s;
+  return y;
+}
+
+// One weight of the checkpoint, quantized (quantize_rtn) and dequantized to f32.
+Vec quantize_dequantize(const Vec& w, int64_t n, int64_t k, QuantScheme scheme, const std::string& name) {
+  std::vector<uint16_t> bits(w.size());
+  for (size_t i = 0; i < w.size(); ++i) bits[i] = f32_to_bf16(w[i]);  // the bf16 checkpoint's values
+  const QuantizedWeight q = quantize_rtn(bits.data(), n, k, scheme, name);
+  Vec out(w.size());
+  for (int64_t j = 0; j < n; ++j) {
+    for (int64_t i = 0; i < k; ++i) out[size_t(j * k + i)] = q.dequantize(j, i);
+  }
+  return out;
 }
 
 Vec maybe_round(const Vec& x, bool round) {
@@ -89,14 +114,20 @@ void rope(float* x, size_t D, int pos, double theta) {
 
 }  // namespace
 
-ReferenceModel::ReferenceModel(const std::string& folder, Precision precision)
-    : config_(load_model_config(folder)), precision_(precision) {
+ReferenceModel::ReferenceModel(const std::string& folder, Precision precision, QuantScheme quant)
+    : config_(load_model_config(folder)), precision_(precision), quant_(quant) {
   Checkpoint ckpt(folder);
   for (const std::string& name : ckpt.names()) {
     const SafetensorsTensor* t = ckpt.find(name);
     Vec v(size_t(t->numel()));
     const size_t es = dtype_size(t->dtype);
     for (size_t i = 0; i < v.size(); ++i) v[i] = widen(t->data + i * es, t->dtype);
+    const bool table = name == "model.embed_tokens.weight" || name == "lm_head.weight";
+    const bool linear = name.find("_proj.weight") != std::string::npos;
+    if (quant.enabled() && t->shape.size() == 2 && (table || linear)) {
+      v = quantize_dequantize(v, t->shape[0], t->shape[1],
+                              table ? embedding_quantization(quant) : quant, name);
+    }
     weights_[name] = std::move(v);
   }
 }
@@ -125,6 +156,9 @@ std::vector<std::vector<float>> ReferenceModel::logits_at(const std::vector<int3
   const double eps = c.rms_norm_eps;
   const bool bf16 = precision_ != Precision::kFp32;
   const bool fp8_kv = precision_ == Precision::kBf16StorageFp8Kv;
+  // Where a GEMM reads x: the quantized GEMM's int16 grid, else bf16 storage.
+  const bool quant = quant_.enabled();
+  auto gemm_in = [&](const Vec& v) { return quant ? round_int16_grid(v) : maybe_round(v, bf16); };
   // Residual stream x[t] (fp32, unrounded).
   std::vector<Vec> x(T, Vec(H));
   const Vec& emb = w("model.embed_tokens.weight");
@@ -134,7 +168,7 @@ std::vector<std::vector<float>> ReferenceModel::logits_at(const std::vector<int3
     const std::string p = fmt::format("model.layers.{}.", l);
     std::vector<Vec> q(T), k(T), v(T);
     for (size_t t = 0; t < T; ++t) {
-      Vec h = maybe_round(rmsnorm(x[t].data(), w(p + "input_layernorm.weight"), H, eps), bf16);
+      Vec h = gemm_in(rmsnorm(x[t].data(), w(p + "input_layernorm.weight"), H, eps));
       const bool bias = c.attention_bias;
       q[t] = matvec(w(p + "self_attn.q_proj.weight"), h, Hq * D, bias ? &w(p + "self_attn.q_proj.bias") : nullptr);
       k[t] = matvec(w(p + "self_attn.k_proj.weight"), h, Hkv * D, bias ? &w(p + "self_attn.k_proj.bias") : nullptr);
@@ -181,22 +215,22 @@ std::vector<std::vector<float>> ReferenceModel::logits_at(const std::vector<int3
           att[hh * D + i] = float(acc / z);
         }
       }
-      Vec o = matvec(w(p + "self_attn.o_proj.weight"), maybe_round(att, bf16), H);
+      Vec o = matvec(w(p + "self_attn.o_proj.weight"), gemm_in(att), H);
       for (size_t i = 0; i < H; ++i) x[t][i] += o[i];
     }
     for (size_t t = 0; t < T; ++t) {
-      Vec h = maybe_round(rmsnorm(x[t].data(), w(p + "post_attention_layernorm.weight"), H, eps), bf16);
+      Vec h = gemm_in(rmsnorm(x[t].data(), w(p + "post_attention_layernorm.weight"), H, eps));
       Vec g = matvec(w(p + "mlp.gate_proj.weight"), h, I);
       Vec u = matvec(w(p + "mlp.up_proj.weight"), h, I);
       for (size_t i = 0; i < I; ++i) g[i] = float(g[i] / (1.0 + std::exp(-double(g[i]))) * u[i]);
-      Vec d = matvec(w(p + "mlp.down_proj.weight"), maybe_round(g, bf16), H);
+      Vec d = matvec(w(p + "mlp.down_proj.weight"), gemm_in(g), H);
       for (size_t i = 0; i < H; ++i) x[t][i] += d[i];
     }
   }
   const Vec& head = c.tie_word_embeddings ? emb : w("lm_head.weight");
   std::vector<Vec> out;
   for (size_t t : rows) {
-    Vec h = maybe_round(rmsnorm(x[t].data(), w("model.norm.weight"), H, eps), bf16);
+    Vec h = gemm_in(rmsnorm(x[t].data(), w("model.norm.weight"), H, eps));
     out.push_back(matvec(head, h, V));
   }
   return out;

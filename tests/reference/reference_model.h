@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "model/hf_config.h"
+#include "runtime/quant.h"
 
 namespace nanovllm::ref {
 
@@ -21,7 +22,12 @@ enum class Precision { kFp32, kBf16Storage, kBf16StorageFp8Kv };
 
 class ReferenceModel {
  public:
-  explicit ReferenceModel(const std::string& folder, Precision precision = Precision::kFp32);
+  // quant: the checkpoint's linears and embedding / lm_head replaced by their quantization
+  // (runtime/quant.h quantize_rtn, the format's definition; the table by
+  // embedding_quantization) dequantized to f32, and every GEMM input rounded where the
+  // quantized GEMM rounds it: per row to the int16 grid of scale max|x| / 16383 (instead of bf16).
+  explicit ReferenceModel(const std::string& folder, Precision precision = Precision::kFp32,
+                          QuantScheme quant = {});
 
   // Logits f32 [V] of the last token of `tokens` (full causal forward over all of them).
   std::vector<float> last_logits(const std::vector<int32_t>& tokens) const;
@@ -39,6 +45,7 @@ class ReferenceModel {
   std::vector<std::vector<float>> logits_at(const std::vector<int32_t>& tokens, const std::vector<size_t>& rows) const;
   ModelConfig config_;
   Precision precision_;
+  QuantScheme quant_;
   std::map<std::string, std::vector<float>> weights_;
 };
 

@@ -25,6 +25,14 @@ TEST(ModelStats, Qwen3_06bFigures) {
   EXPECT_EQ(kv_bytes_per_token(c, 2), 2LL * 28 * 8 * 128 * 2);  // 114688
   // 0.596 GB of weights + 0.311 GB of lm_head, in bf16: ~1.19 GB per decode step
   EXPECT_NEAR(double(weight_bytes_per_decode_step(c)) / 1e9, 1.192, 0.002);
+  // int8 linears (1 byte + a 4-byte scale per row) and table: about half.
+  const QuantScheme int8{QuantFormat::Int8, 0}, int4{QuantFormat::Int4, 64};
+  const double linears = double(decoder_linear_params(c)), table = 151936.0 * 1024;
+  const double norms = 2.0 * (28 * (2 * 1024 + 2 * 128) + 1024);
+  EXPECT_NEAR(double(weight_bytes_per_decode_step(c, int8, int8)), linears + table + norms, 0.01 * linears);
+  // int4-g64: 4 bits + an f16 scale and min per 64 = 4.5 bits a weight; the table int8.
+  EXPECT_NEAR(double(weight_bytes_per_decode_step(c, int4, int8)), linears * 0.5625 + table + norms,
+              1e6);
 }
 
 TEST(ModelStats, PhaseWorkCountsEveryToken) {

@@ -3,6 +3,8 @@
 // activation.cpp, kv_cache.cpp, attention_prefill.cpp, attention_decode.cpp, sampler.cpp.
 #include "backend/cpu/cpu_backend.h"
 
+#include "backend/cpu/qgemm.h"
+
 #include <fmt/format.h>
 
 #include <unistd.h>
@@ -162,7 +164,34 @@ LinearWeight CpuBackend::make_linear_weight(Tensor w_host) {
   return w;
 }
 
+LinearWeight CpuBackend::make_quantized_linear_weight(const QuantizedWeight& q) {
+  LinearWeight w;
+  w.n = q.n;
+  w.k = q.k;
+  w.quant = q.scheme;
+  const QuantLayout layout = quant_layout(q.scheme, q.n, q.k);
+  w.storage = alloc(layout.bytes());
+  parallel_rows(layout.nblocks, int64_t(layout.block_bytes), [&](int64_t b0, int64_t b1) {
+    pack_quantized_blocks(w.storage.data(), q, layout, b0, b1);
+  });
+  w.data = Tensor::contiguous(w.storage.data(), DType::I32, {int64_t(layout.bytes() / 4)});
+  return w;
+}
+
 // ---- ops ----
+
+namespace {
+
+// Row `row` of a [n, k] weight made by make_linear_weight or make_quantized_linear_weight, as f32.
+void weight_row(float* out, const LinearWeight& w, int64_t row) {
+  if (w.quant.enabled()) {
+    unpack_quantized_row(out, w.data.data, quant_layout(w.quant, w.n, w.k), row);
+  } else {
+    unpack_weight_row(out, w.data.data, w.n, w.k, row);
+  }
+}
+
+}  // namespace
 
 // out = table[ids]  (F.embedding(ids, table))
 void CpuBackend::embedding(Tensor out, Tensor ids, const LinearWeight& table) {
@@ -172,8 +201,7 @@ void CpuBackend::embedding(Tensor out, Tensor ids, const LinearWeight& table) {
     for (int64_t t = begin; t < end; ++t) {
       NV_CHECK(id[t] >= 0 && id[t] < table.n, "token id {} outside the vocabulary [0, {})", id[t],
                table.n);
-      unpack_weight_row(out.ptr<float>() + t * out.stride[0], table.data.data, table.n, table.k,
-                        id[t]);
+      weight_row(out.ptr<float>() + t * out.stride[0], table, id[t]);
     }
   });
 }
@@ -191,7 +219,7 @@ void CpuBackend::vocab_parallel_embedding(Tensor out, Tensor ids, const LinearWe
       float* row = out.ptr<float>() + t * out.stride[0];
       const int64_t local = int64_t(id[t]) - vocab_start;
       if (local >= 0 && local < table.n) {
-        unpack_weight_row(row, table.data.data, table.n, table.k, local);
+        weight_row(row, table, local);
       } else {
         std::memset(row, 0, size_t(table.k) * sizeof(float));  // another rank's row
       }
@@ -211,6 +239,13 @@ void CpuBackend::linear(Tensor out, Tensor x, const LinearWeight& w, const Tenso
                  bias->stride[0] == 1,
              "linear bias {} for N = {}", bias->describe(), w.n);
     bias_ptr = bias->ptr<const uint16_t>();
+  }
+  if (w.quant.enabled()) {
+    const QuantLayout layout = quant_layout(w.quant, w.n, w.k);
+    qgemm({out.ptr<float>(), out.stride[0], x.ptr<const float>(), x.stride[0], w.data.data,
+           &layout, bias_ptr, x.shape[0], &gemm_scratch_},
+          pool_);
+    return;
   }
   GemmArgs args{out.ptr<float>(), out.stride[0], x.ptr<const float>(),
                 x.stride[0],      w.data.data,   bias_ptr,

@@ -51,6 +51,7 @@ class CpuBackend : public Backend {
   void synchronize() override {}
 
   LinearWeight make_linear_weight(Tensor w_host) override;
+  LinearWeight make_quantized_linear_weight(const QuantizedWeight& w) override;
 
   void embedding(Tensor out, Tensor ids, const LinearWeight& table) override;
   void vocab_parallel_embedding(Tensor out, Tensor ids, const LinearWeight& table,

@@ -1,0 +1,210 @@
+// The quantized GEMM's layout, packing and driver (the tiles are in qgemm_avx2.cpp).
+#include "backend/cpu/qgemm.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "runtime/tensor.h"
+#include "util/check.h"
+
+namespace nanovllm::cpu {
+
+QuantLayout quant_layout(QuantScheme scheme, int64_t n, int64_t k) {
+  NV_CHECK(scheme.enabled() && n > 0 && k > 0, "quant_layout of [{}, {}]", n, k);
+  QuantLayout l;
+  l.scheme = scheme;
+  l.n = n;
+  l.k = k;
+  l.kpad = (k + 7) / 8 * 8;
+  const bool int4 = scheme.format == QuantFormat::Int4;
+  NV_CHECK(!int4 || (scheme.group > 0 && scheme.group % 8 == 0), "int4 group {}", scheme.group);
+  l.kg = int4 ? scheme.group : kInt8Chunk;
+  l.groups = (l.kpad + l.kg - 1) / l.kg;
+  l.nblocks = (n + kQBlockCols - 1) / kQBlockCols;
+  l.block_bytes = int4 ? size_t(l.groups) * 32 + size_t(l.kpad) * 4  // 8 cols x 1/2 byte
+                       : 32 + size_t(l.kpad) * 8;
+  l.block_bytes = (l.block_bytes + 63) / 64 * 64;  // every block starts on a cache line
+  return l;
+}
+
+void pack_quantized_blocks(void* dst, const QuantizedWeight& w, const QuantLayout& l, int64_t b0,
+                           int64_t b1) {
+  NV_CHECK(w.n == l.n && w.k == l.k && w.scheme.format == l.scheme.format, "pack [{}, {}]", w.n, w.k);
+  const bool int4 = l.scheme.format == QuantFormat::Int4;
+  const int64_t wg = w.groups();
+  for (int64_t b = b0; b < b1; ++b) {
+    uint8_t* p = static_cast<uint8_t*>(dst) + size_t(b) * l.block_bytes;
+    std::memset(p, 0, l.block_bytes);
+    // Code of (column c of the block, k index i); 0 past the edges.
+    auto code = [&](int64_t c, int64_t i) -> int {
+      const int64_t j = b * kQBlockCols + c;
+      return (j < l.n && i < l.k) ? w.q[size_t(j * l.k + i)] : 0;
+    };
+    if (!int4) {
+      float* scale = reinterpret_cast<float*>(p);
+      for (int64_t c = 0; c < kQBlockCols; ++c) {
+        const int64_t j = b * kQBlockCols + c;
+        scale[c] = j < l.n ? w.scale[size_t(j)] : 0.0f;
+      }
+      int8_t* q = reinterpret_cast<int8_t*>(p + 32);
+      for (int64_t pr = 0; pr < l.kpad / 2; pr += 2) {
+        for (int64_t c = 0; c < kQBlockCols; ++c) {
+          for (int e = 0; e < 2; ++e) {
+            q[pr * 16 + (c * 2 + e) * 2] = int8_t(code(c, 2 * pr + e));
+            q[pr * 16 + (c * 2 + e) * 2 + 1] = int8_t(code(c, 2 * (pr + 1) + e));
+          }
+        }
+      }
+      continue;
+    }
+    for (int64_t g = 0; g < l.groups; ++g) {
+      uint16_t* hdr = reinterpret_cast<uint16_t*>(p);
+      for (int64_t c = 0; c < kQBlockCols; ++c) {
+        const int64_t j = b * kQBlockCols + c;
+        const bool real = j < l.n && g < wg;
+        hdr[c] = f32_to_f16(real ? w.scale[size_t(j * wg + g)] : 0.0f);
+        hdr[8 + c] = f32_to_f16(real ? w.min[size_t(j * wg + g)] : 0.0f);
+      }
+      p += 32;
+      const int64_t k0 = g * l.kg, pairs = l.group_len(g) / 2;
+      for (int64_t pr = 0; pr < pairs; pr += 4) {
+        for (int64_t c = 0; c < kQBlockCols; ++c) {
+          for (int e = 0; e < 2; ++e) {
+            int lane = 0;
+            for (int i = 0; i < 4; ++i) lane |= code(c, k0 + 2 * (pr + i) + e) << (4 * i);
+            p[(c * 2 + e) * 2] = uint8_t(lane);
+            p[(c * 2 + e) * 2 + 1] = uint8_t(lane >> 8);
+          }
+        }
+        p += 32;
+      }
+    }
+  }
+}
+
+void unpack_quantized_row(float* out, const void* packed, const QuantLayout& l, int64_t row) {
+  NV_CHECK(row >= 0 && row < l.n, "row {} of {}", row, l.n);
+  const uint8_t* p = static_cast<const uint8_t*>(packed) + size_t(row / kQBlockCols) * l.block_bytes;
+  const int64_t c = row % kQBlockCols;
+  if (l.scheme.format == QuantFormat::Int8) {
+    float s;
+    std::memcpy(&s, p + 4 * c, 4);
+    const int8_t* q = reinterpret_cast<const int8_t*>(p + 32);
+    for (int64_t i = 0; i < l.k; ++i) {
+      const int64_t pr = i / 2, e = i % 2;
+      out[i] = float(q[(pr / 2) * 32 + (c * 2 + e) * 2 + pr % 2]) * s;
+    }
+    return;
+  }
+  for (int64_t g = 0; g < l.groups; ++g) {
+    uint16_t h[16];
+    std::memcpy(h, p, 32);
+    const float s = f16_to_f32(h[c]), m = f16_to_f32(h[8 + c]);
+    p += 32;
+    const int64_t k0 = g * l.kg, len = l.group_len(g);
+    for (int64_t i = 0; i < len; ++i) {
+      const int64_t pr = i / 2, e = i % 2;
+      const uint8_t* lane = p + (pr / 4) * 32 + (c * 2 + e) * 2;
+      const int q = ((lane[0] | lane[1] << 8) >> (4 * (pr % 4))) & 15;
+      if (k0 + i < l.k) out[k0 + i] = float(q) * s + m;
+    }
+    p += len * 4;
+  }
+}
+
+namespace {
+
+// Row r of x to int16 codes of scale max|x| / 16383 (round to nearest), with the groups' code sums
+// (int4). A row with a non-finite value gets scale NaN: its outputs are NaN, as in the float GEMM.
+void quantize_x_row(const float* x, int64_t k, const QuantLayout& l, int16_t* q, float* xscale,
+                    float* xsum) {
+  float amax = 0;
+  for (int64_t i = 0; i < k; ++i) amax = std::max(amax, std::fabs(x[i]));
+  if (!std::isfinite(amax)) {
+    std::memset(q, 0, size_t(l.kpad) * 2);
+    *xscale = std::numeric_limits<float>::quiet_NaN();
+    if (xsum) std::fill_n(xsum, l.groups, 0.0f);
+    return;
+  }
+  const float s = amax / 16383.0f;
+  const float inv = s > 0 ? 1.0f / s : 0.0f;
+  for (int64_t i = 0; i < k; ++i) q[i] = int16_t(std::nearbyint(x[i] * inv));
+  for (int64_t i = k; i < l.kpad; ++i) q[i] = 0;
+  *xscale = s;
+  if (!xsum) return;
+  for (int64_t g = 0; g < l.groups; ++g) {
+    int32_t sum = 0;
+    const int64_t i0 = g * l.kg, i1 = i0 + l.group_len(g);
+    for (int64_t i = i0; i < i1; ++i) sum += q[i];
+    xsum[g] = float(sum);
+  }
+}
+
+}  // namespace
+
+void qgemm(const QGemmArgs& a, ThreadPool& pool) {
+  const QuantLayout& l = *a.layout;
+  const int64_t m = a.m;
+  if (m == 0) return;
+  const bool int4 = l.scheme.format == QuantFormat::Int4;
+  // Scratch: x codes [m][kpad] int16, scales [m] f32, group sums [m][groups] f32 (int4).
+  const size_t xq_bytes = (size_t(m * l.kpad) * 2 + 63) / 64 * 64;
+  const size_t xs_bytes = (size_t(m) * 4 + 63) / 64 * 64;
+  const size_t sum_bytes = int4 ? size_t(m * l.groups) * 4 : 0;
+  GemmScratch own;
+  GemmScratch& scratch = a.scratch ? *a.scratch : own;
+  uint8_t* base = static_cast<uint8_t*>(scratch.reserve(xq_bytes + xs_bytes + sum_bytes));
+  int16_t* xq = reinterpret_cast<int16_t*>(base);
+  float* xscale = reinterpret_cast<float*>(base + xq_bytes);
+  float* xsum = int4 ? reinterpret_cast<float*>(base + xq_bytes + xs_bytes) : nullptr;
+  auto quantize_rows = [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      quantize_x_row(a.x + r * a.ldx, l.k, l, xq + r * l.kpad, xscale + r,
+                     xsum ? xsum + r * l.groups : nullptr);
+    }
+  };
+  if (m >= 4 * pool.size()) {
+    pool.parallel_for(m, [&](int64_t r0, int64_t r1, int) { quantize_rows(r0, r1); });
+  } else {
+    quantize_rows(0, m);
+  }
+
+  // Tiles: 4 rows x 2 blocks, or 1 row x 4 blocks (a lone row streams 4 blocks at once). The
+  // threads split the column blocks in units of 4; each walks its units over M blocks of rows
+  // whose x codes stay in L2 while the unit's weights stay in L1.
+  const int64_t units = (l.nblocks + 3) / 4;
+  const int64_t mc = std::max<int64_t>(detail::kQMaxRows,
+                                       (int64_t(192) << 10) / (l.kpad * 2) / 4 * 4);
+  pool.parallel_for(units, [&](int64_t u0, int64_t u1, int) {
+    const int64_t b_end = std::min(l.nblocks, u1 * 4);
+    for (int64_t m0 = 0; m0 < m; m0 += mc) {
+      const int64_t m1 = std::min(m, m0 + mc);
+      const int want = m1 - m0 == 1 ? 4 : 2;
+      for (int64_t b = u0 * 4; b < b_end;) {
+        const int blocks = int(std::min<int64_t>(want, b_end - b));
+        for (int64_t r = m0; r < m1;) {
+          const int rows = int(std::min<int64_t>(detail::kQMaxRows, m1 - r));
+          detail::QTile t;
+          t.x = xq + r * l.kpad;
+          t.ldx = l.kpad;
+          t.xsum = xsum ? xsum + r * l.groups : nullptr;
+          t.xscale = xscale + r;
+          t.w = static_cast<const uint8_t*>(a.packed_w) + size_t(b) * l.block_bytes;
+          t.layout = &l;
+          t.out = a.out + r * a.ldo + b * kQBlockCols;
+          t.ldo = a.ldo;
+          t.bias = a.bias ? a.bias + b * kQBlockCols : nullptr;
+          t.rows = rows;
+          t.ncols = int(std::min<int64_t>(blocks * kQBlockCols, l.n - b * kQBlockCols));
+          detail::avx2_qtile(l.scheme.format, rows, blocks)(t);
+          r += rows;
+        }
+        b += blocks;
+      }
+    }
+  });
+}
+
+}  // namespace nanovllm::cpu

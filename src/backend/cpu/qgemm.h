@@ -1,0 +1,90 @@
+#pragma once
+// The CPU GEMM of quantized weights (runtime/quant.h): out[M, N] = x[M, K] @ w[N, K]^T (+ bias)
+// with w int8 (per output row) or int4 (groups along K), x f32.
+//
+// x is quantized per row to int16 (symmetric, scale max|x| / 16383: 15 bits, far finer than the
+// bf16 the float GEMM rounds x to), so the dot products run on integers: vpmaddwd multiplies 16
+// int16 pairs into 8 int32 sums per instruction. On AVX2 that is the rate of the int8 path
+// (vpmaddubsw + vpmaddwd, 32 products per 2 multiplies), so 16-bit activations cost nothing and
+// lose nothing (docs/quantization.md). Integer sums are flushed to f32 once per group (int4:
+// scale and min of the group; int8: chunks of kInt8Chunk k), always in k order, so a row's
+// result depends only on that row and the weights: batch and thread invariant.
+//
+// Packed layout: blocks of 8 output columns, each one contiguous stream over k; the weights of a
+// block are kpad = k rounded up to 8, in groups of kg k (int4: the scheme's group; int8:
+// kInt8Chunk), the last group shorter:
+//   int8: f32 scale[8], then per two k pairs p, p + 1: 32 bytes, 16-bit lane 2c + e holding
+//         pair p's (c, e) code in its low byte and pair p + 1's in its high byte.
+//   int4: per group: f16 scale[8], f16 min[8], then per four k pairs p..p+3: 32 bytes, 16-bit
+//         lane 2c + e holding pair p + i's (c, e) code in bits 4i..4i+3, so that a mask and
+//         three shifts give the four pairs' int16 codes in place (no widening shuffles).
+// Padding (columns past n, k past K) is code 0 with scale and min 0.
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/cpu/gemm.h"
+#include "backend/cpu/thread_pool.h"
+#include "runtime/quant.h"
+
+namespace nanovllm::cpu {
+
+constexpr int64_t kQBlockCols = 8;
+constexpr int64_t kInt8Chunk = 512;  // int32 sums stay below 2^31: 127 * 16383 * 512 < 2^30.1
+
+struct QuantLayout {
+  QuantScheme scheme;
+  int64_t n = 0, k = 0;
+  int64_t kpad = 0;     // k rounded up to 8
+  int64_t kg = 0;       // k per group
+  int64_t groups = 0;   // ceil(kpad / kg)
+  int64_t nblocks = 0;  // ceil(n / 8)
+  size_t block_bytes = 0;
+  size_t bytes() const { return block_bytes * size_t(nblocks); }
+  int64_t group_len(int64_t g) const { return g + 1 < groups ? kg : kpad - g * kg; }
+};
+QuantLayout quant_layout(QuantScheme scheme, int64_t n, int64_t k);
+
+// Packs blocks [b0, b1) of w into dst (layout.bytes(), 64-aligned): disjoint ranges may run on
+// different threads.
+void pack_quantized_blocks(void* dst, const QuantizedWeight& w, const QuantLayout& layout,
+                           int64_t b0, int64_t b1);
+// Row `row` of the dequantized [n, k] weight, as f32 (the embedding lookup).
+void unpack_quantized_row(float* out, const void* packed, const QuantLayout& layout, int64_t row);
+
+struct QGemmArgs {
+  float* out;  // [m, n], row stride ldo
+  int64_t ldo;
+  const float* x;  // [m, k], row stride ldx
+  int64_t ldx;
+  const void* packed_w;
+  const QuantLayout* layout;
+  const uint16_t* bias;  // bf16 [n] or nullptr
+  int64_t m;
+  GemmScratch* scratch;  // the quantized x
+};
+void qgemm(const QGemmArgs& args, ThreadPool& pool);
+
+namespace detail {
+
+// One register tile: out[rows, ncols] = x[rows] @ (the blocks from w)^T, whole k.
+struct QTile {
+  const int16_t* x;     // quantized x of the tile's first row, [kpad] per row
+  int64_t ldx;          // int16 elements between rows
+  const float* xsum;    // int4: per row, the groups' sums of the quantized x; [groups] per row
+  const float* xscale;  // per row, the scale of its quantized x (NaN: x was not finite)
+  const uint8_t* w;     // the tile's first block
+  const QuantLayout* layout;
+  float* out;
+  int64_t ldo;
+  const uint16_t* bias;  // bf16, at the tile's first column, or nullptr
+  int rows;              // 1..kQMaxRows
+  int ncols;             // 1..blocks * 8
+};
+constexpr int kQMaxRows = 4;
+constexpr int kQMaxBlocks = 4;
+// The AVX2 tile for `rows` rows and `blocks` blocks of 8 columns.
+using QTileFn = void (*)(const QTile&);
+QTileFn avx2_qtile(QuantFormat format, int rows, int blocks);
+
+}  // namespace detail
+}  // namespace nanovllm::cpu

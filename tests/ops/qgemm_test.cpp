@@ -1,0 +1,192 @@
+// The quantized CPU GEMM (qgemm.h) against the plain fp32 product of x and the dequantized
+// weights (QuantizedWeight::dequantize, the format's definition).
+//
+// Tolerance: the kernel rounds each x row to integers times sx = max|x| / 16383, so a product
+// errs by at most sum_k |w_k| * sx / 2; its integer sums are exact, and the f32 group flushes
+// and final scaling add a few ulps of sum_k |x_k w_k| (1e-5 of it covers them, and sums that are
+// exactly zero get 1e-6). A kernel that mixes up columns, nibbles, groups or scales errs by
+// whole terms, far beyond that.
+#include "backend/cpu/qgemm.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <new>
+#include <random>
+#include <vector>
+
+#include "runtime/quant.h"
+#include "runtime/tensor.h"
+
+namespace nanovllm::cpu {
+namespace {
+
+struct AlignedFree {
+  void operator()(void* p) const { ::operator delete(p, std::align_val_t(64)); }
+};
+
+struct Packed {
+  QuantizedWeight q;
+  QuantLayout layout;
+  std::unique_ptr<void, AlignedFree> data;
+};
+
+Packed make_weight(int64_t n, int64_t k, QuantScheme scheme, std::mt19937& rng) {
+  std::normal_distribution<float> d(0.0f, 0.5f);
+  std::vector<uint16_t> w(size_t(n * k));
+  for (auto& v : w) v = f32_to_bf16(d(rng) + (rng() % 7 == 0 ? 1.5f : 0.0f));  // skewed groups
+  Packed p;
+  p.q = quantize_rtn(w.data(), n, k, scheme, "test.weight");
+  p.layout = quant_layout(scheme, n, k);
+  p.data.reset(::operator new(p.layout.bytes(), std::align_val_t(64)));
+  pack_quantized_blocks(p.data.get(), p.q, p.layout, 0, p.layout.nblocks);
+  return p;
+}
+
+std::vector<QuantScheme> schemes() {
+  return {{QuantFormat::Int8, 0}, {QuantFormat::Int4, 32}, {QuantFormat::Int4, 64},
+          {QuantFormat::Int4, 128}};
+}
+
+// Runs qgemm on x [m, k] (row stride ldx) and checks every output; returns the mismatches.
+int check(const Packed& w, const std::vector<float>& x, int64_t m, int64_t ldx,
+          const std::vector<uint16_t>* bias, ThreadPool& pool, GemmScratch* scratch) {
+  const int64_t n = w.q.n, k = w.q.k, ldo = n + 3;
+  std::vector<float> out(size_t(m * ldo), 777.0f);
+  qgemm({out.data(), ldo, x.data(), ldx, w.data.get(), &w.layout, bias ? bias->data() : nullptr, m,
+         scratch},
+        pool);
+  int bad = 0;
+  for (int64_t i = 0; i < m; ++i) {
+    double amax = 0;
+    for (int64_t c = 0; c < k; ++c) amax = std::max(amax, double(std::fabs(x[size_t(i * ldx + c)])));
+    const double sx = amax / 16383.0;
+    for (int64_t j = 0; j < ldo; ++j) {
+      const float got = out[size_t(i * ldo + j)];
+      if (j >= n) {
+        if (got != 777.0f && ++bad <= 3) ADD_FAILURE() << "wrote past column " << n << " at " << j;
+        continue;
+      }
+      double want = bias ? bf16_to_f32((*bias)[size_t(j)]) : 0.0, absw = 0, mag = 0;
+      for (int64_t c = 0; c < k; ++c) {
+        const double wv = w.q.dequantize(j, c), xv = x[size_t(i * ldx + c)];
+        want += wv * xv;
+        absw += std::fabs(wv);
+        mag += std::fabs(wv * xv);
+      }
+      const double tol = absw * sx * 0.5 * 1.001 + 1e-5 * mag + 1e-6;
+      if (!(std::fabs(got - want) <= tol) && ++bad <= 3) {
+        ADD_FAILURE() << quantization_name(w.q.scheme) << " m=" << m << " n=" << n << " k=" << k
+                      << " threads=" << pool.size() << " at [" << i << ", " << j << "]: got "
+                      << got << ", want " << want << " (tolerance " << tol << ")";
+      }
+    }
+  }
+  return bad;
+}
+
+std::vector<float> random_x(int64_t m, int64_t ldx, std::mt19937& rng) {
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> x(size_t(m * ldx));
+  for (auto& v : x) v = d(rng);
+  return x;
+}
+
+TEST(QGemm, MatchesDequantizedReference) {
+  std::mt19937 rng(5);
+  ThreadPool pool1(1), pool3(3);
+  GemmScratch scratch;
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {
+      {1, 1}, {3, 5}, {8, 64}, {17, 70}, {33, 130}, {100, 600}, {40, 1100}, {9, 1030}};
+  for (QuantScheme s : schemes()) {
+    for (auto [n, k] : shapes) {
+      Packed w = make_weight(n, k, s, rng);
+      std::vector<uint16_t> bias(static_cast<size_t>(n));
+      for (auto& b : bias) b = f32_to_bf16(float(rng() % 200) / 50.0f - 2.0f);
+      for (int64_t m : {1, 2, 3, 4, 5, 9, 33, 70}) {
+        const int64_t ldx = k + 3;
+        std::vector<float> x = random_x(m, ldx, rng);
+        for (ThreadPool* pool : {&pool1, &pool3}) {
+          const bool with_bias = (m + n) % 2 == 0;
+          if (check(w, x, m, ldx, with_bias ? &bias : nullptr, *pool, pool == &pool1 ? &scratch : nullptr) > 0) {
+            return;
+          }
+        }
+      }
+    }
+  }
+}
+
+// A row's outputs are bitwise the same alone or in any batch, on any number of threads.
+TEST(QGemm, RowsDoNotDependOnBatchOrThreads) {
+  std::mt19937 rng(8);
+  ThreadPool pool1(1), pool2(2), pool5(5);
+  for (QuantScheme s : schemes()) {
+    const int64_t n = 75, k = 1100, m = 37;
+    Packed w = make_weight(n, k, s, rng);
+    std::vector<float> x = random_x(m, k, rng);
+    std::vector<float> batch(size_t(m * n));
+    qgemm({batch.data(), n, x.data(), k, w.data.get(), &w.layout, nullptr, m, nullptr}, pool2);
+    for (ThreadPool* pool : {&pool1, &pool5}) {
+      std::vector<float> again(size_t(m * n));
+      qgemm({again.data(), n, x.data(), k, w.data.get(), &w.layout, nullptr, m, nullptr}, *pool);
+      EXPECT_EQ(0, std::memcmp(again.data(), batch.data(), batch.size() * 4))
+          << quantization_name(s) << " threads " << pool->size();
+    }
+    for (int64_t i = 0; i < m; i += 6) {
+      std::vector<float> one(static_cast<size_t>(n));
+      qgemm({one.data(), n, x.data() + i * k, k, w.data.get(), &w.layout, nullptr, 1, nullptr}, pool2);
+      EXPECT_EQ(0, std::memcmp(one.data(), batch.data() + i * n, size_t(n) * 4))
+          << quantization_name(s) << " row " << i;
+    }
+  }
+}
+
+// A row with a non-finite x gives NaN outputs; the other rows are untouched by it.
+TEST(QGemm, NonFiniteRowStaysInItsRow) {
+  std::mt19937 rng(3);
+  ThreadPool pool(2);
+  for (QuantScheme s : schemes()) {
+    const int64_t n = 20, k = 96, m = 3;
+    Packed w = make_weight(n, k, s, rng);
+    std::vector<float> x = random_x(m, k, rng);
+    x[size_t(k + 7)] = std::numeric_limits<float>::infinity();
+    std::vector<float> out(size_t(m * n));
+    qgemm({out.data(), n, x.data(), k, w.data.get(), &w.layout, nullptr, m, nullptr}, pool);
+    for (int64_t j = 0; j < n; ++j) {
+      EXPECT_TRUE(std::isnan(out[size_t(n + j)])) << quantization_name(s) << " column " << j;
+      EXPECT_TRUE(std::isfinite(out[size_t(j)]) && std::isfinite(out[size_t(2 * n + j)]));
+    }
+  }
+}
+
+// The embedding lookup's row unpacking gives the dequantized values exactly.
+TEST(QGemm, UnpackRowIsTheDequantizedRow) {
+  std::mt19937 rng(4);
+  for (QuantScheme s : schemes()) {
+    for (auto [n, k] : std::vector<std::pair<int64_t, int64_t>>{{19, 70}, {8, 256}, {3, 1}}) {
+      Packed w = make_weight(n, k, s, rng);
+      std::vector<float> row(static_cast<size_t>(k));
+      for (int64_t j = 0; j < n; ++j) {
+        unpack_quantized_row(row.data(), w.data.get(), w.layout, j);
+        for (int64_t i = 0; i < k; ++i) {
+          ASSERT_EQ(row[size_t(i)], w.q.dequantize(j, i)) << quantization_name(s) << " [" << j << ", " << i << "]";
+        }
+      }
+    }
+  }
+}
+
+TEST(QGemm, EmptyBatchWritesNothing) {
+  std::mt19937 rng(2);
+  ThreadPool pool(2);
+  Packed w = make_weight(16, 64, {QuantFormat::Int4, 32}, rng);
+  float out = 5.0f;
+  qgemm({&out, 16, nullptr, 64, w.data.get(), &w.layout, nullptr, 0, nullptr}, pool);
+  EXPECT_EQ(out, 5.0f);
+}
+
+}  // namespace
+}  // namespace nanovllm::cpu

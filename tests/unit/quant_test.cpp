@@ -1,0 +1,142 @@
+// Round-to-nearest quantization (runtime/quant.h): the codes are the nearest of the format's
+// grid, the scales follow the definitions, shards cut on group boundaries, bad input is an Error.
+#include "runtime/quant.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+
+#include "runtime/tensor.h"
+
+namespace nanovllm {
+namespace {
+
+std::vector<uint16_t> random_bf16(int64_t n, int64_t k, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, 0.3f);
+  std::vector<uint16_t> w(size_t(n * k));
+  for (auto& v : w) v = f32_to_bf16(d(rng));
+  return w;
+}
+
+TEST(Quant, ParsesTheSchemesAndRefusesOthers) {
+  EXPECT_FALSE(parse_quantization("").enabled());
+  EXPECT_FALSE(parse_quantization("none").enabled());
+  EXPECT_EQ(parse_quantization("int8").format, QuantFormat::Int8);
+  EXPECT_EQ(parse_quantization("int4").group, kDefaultInt4Group);
+  EXPECT_EQ(parse_quantization("int4-g128").group, 128);
+  EXPECT_EQ(quantization_name(parse_quantization("int4-g32")), "int4-g32");
+  for (const char* bad : {"int3", "INT8", "int4-g48", "fp8", "int4-g"}) {
+    try {
+      parse_quantization(bad);
+      ADD_FAILURE() << bad << " accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(bad), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("int8"), std::string::npos) << e.what();
+    }
+  }
+}
+
+// int8: scale = max|w| / 127 per row and every code the nearest: |w - q s| <= s / 2.
+TEST(Quant, Int8IsPerRowNearest) {
+  const int64_t n = 13, k = 300;
+  std::vector<uint16_t> w = random_bf16(n, k, 1);
+  QuantizedWeight q = quantize_rtn(w.data(), n, k, {QuantFormat::Int8, 0}, "w");
+  ASSERT_EQ(q.scale.size(), size_t(n));
+  for (int64_t j = 0; j < n; ++j) {
+    float amax = 0;
+    for (int64_t i = 0; i < k; ++i) amax = std::max(amax, std::fabs(bf16_to_f32(w[size_t(j * k + i)])));
+    EXPECT_FLOAT_EQ(q.scale[size_t(j)], amax / 127.0f);
+    for (int64_t i = 0; i < k; ++i) {
+      const float v = bf16_to_f32(w[size_t(j * k + i)]);
+      ASSERT_LE(std::abs(int(q.q[size_t(j * k + i)])), 127);
+      ASSERT_LE(std::fabs(v - q.dequantize(j, i)), q.scale[size_t(j)] * 0.5001f) << j << ", " << i;
+    }
+  }
+}
+
+// int4: per group, min and (max - min) / 15 as f16 values, codes in [0, 15] and the nearest.
+TEST(Quant, Int4GroupsAreAsymmetricNearest) {
+  for (int64_t group : {32, 64, 128}) {
+    const int64_t n = 5, k = 200;  // the last group is short
+    std::vector<uint16_t> w = random_bf16(n, k, uint32_t(group));
+    QuantizedWeight q = quantize_rtn(w.data(), n, k, {QuantFormat::Int4, group}, "w");
+    ASSERT_EQ(q.groups(), (k + group - 1) / group);
+    for (int64_t j = 0; j < n; ++j) {
+      for (int64_t g = 0; g < q.groups(); ++g) {
+        const float s = q.scale[size_t(j * q.groups() + g)], m = q.min[size_t(j * q.groups() + g)];
+        EXPECT_EQ(s, f16_to_f32(f32_to_f16(s)));
+        EXPECT_EQ(m, f16_to_f32(f32_to_f16(m)));
+        float lo = INFINITY, hi = -INFINITY;
+        for (int64_t i = g * group; i < std::min(k, (g + 1) * group); ++i) {
+          lo = std::min(lo, bf16_to_f32(w[size_t(j * k + i)]));
+          hi = std::max(hi, bf16_to_f32(w[size_t(j * k + i)]));
+        }
+        EXPECT_NEAR(m, lo, std::fabs(lo) * 1e-3f);
+        EXPECT_NEAR(s, (hi - lo) / 15.0f, (hi - lo) / 15.0f * 2e-3f);
+        for (int64_t i = g * group; i < std::min(k, (g + 1) * group); ++i) {
+          const int code = q.q[size_t(j * k + i)];
+          ASSERT_TRUE(code >= 0 && code <= 15) << code;
+          const float v = bf16_to_f32(w[size_t(j * k + i)]);
+          // Nearest of the grid, up to the clamp at the ends (f16 rounding of min and scale).
+          ASSERT_LE(std::fabs(v - q.dequantize(j, i)), s * 0.5f + std::fabs(lo) * 1e-3f + s * 15 * 1e-3f)
+              << "group " << group << " [" << j << ", " << i << "]";
+        }
+      }
+    }
+  }
+}
+
+TEST(Quant, ConstantRowsAndZerosAreExact) {
+  std::vector<uint16_t> w(64, f32_to_bf16(0.25f));
+  std::vector<uint16_t> z(64, 0);
+  for (QuantScheme s : {QuantScheme{QuantFormat::Int8, 0}, QuantScheme{QuantFormat::Int4, 32}}) {
+    QuantizedWeight q = quantize_rtn(w.data(), 2, 32, s, "w");
+    QuantizedWeight qz = quantize_rtn(z.data(), 2, 32, s, "z");
+    for (int64_t i = 0; i < 32; ++i) {
+      EXPECT_EQ(q.dequantize(1, i), 0.25f) << quantization_name(s);
+      EXPECT_EQ(qz.dequantize(0, i), 0.0f) << quantization_name(s);
+    }
+  }
+}
+
+TEST(Quant, NonFiniteWeightIsAnErrorNamingTheTensor) {
+  std::vector<uint16_t> w = random_bf16(4, 8, 2);
+  w[13] = f32_to_bf16(std::numeric_limits<float>::quiet_NaN());
+  for (QuantScheme s : {QuantScheme{QuantFormat::Int8, 0}, QuantScheme{QuantFormat::Int4, 32}}) {
+    try {
+      quantize_rtn(w.data(), 4, 8, s, "model.layers.0.mlp.up_proj.weight");
+      ADD_FAILURE() << "NaN accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("mlp.up_proj.weight"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("[1, 5]"), std::string::npos) << e.what();
+    }
+  }
+}
+
+// A column shard equals the same columns of the whole weight's quantization.
+TEST(Quant, ColumnShardsCutTheWholeQuantization) {
+  const int64_t n = 6, k = 256;
+  std::vector<uint16_t> w = random_bf16(n, k, 3);
+  for (QuantScheme s : {QuantScheme{QuantFormat::Int8, 0}, QuantScheme{QuantFormat::Int4, 64}}) {
+    QuantizedWeight whole = quantize_rtn(w.data(), n, k, s, "w");
+    QuantizedWeight part = slice_cols(whole, 128, 256, "w");
+    ASSERT_EQ(part.k, 128);
+    for (int64_t j = 0; j < n; ++j) {
+      for (int64_t i = 0; i < 128; ++i) ASSERT_EQ(part.dequantize(j, i), whole.dequantize(j, 128 + i));
+    }
+  }
+  QuantizedWeight q4 = quantize_rtn(w.data(), n, k, {QuantFormat::Int4, 64}, "w");
+  try {
+    slice_cols(q4, 96, 192, "model.layers.0.mlp.down_proj.weight");
+    ADD_FAILURE() << "a shard splitting a group was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("[96, 192)"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("group 64"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace nanovllm
