@@ -133,14 +133,23 @@ void add_bench(CLI::App& app, Commands& commands) {
                    cpu::describe(bw_ceiling, "GB/s").c_str(), ceilings.peak_name.c_str(),
                    cpu::describe(peak_ceiling, "GFLOP/s").c_str());
     }
-    const QuantScheme quant = parse_quantization(a->config.quantization);
-    const int64_t step_weight_bytes =
-        weight_bytes_per_decode_step(mc, quant, embedding_quantization(quant));
+    // The decoder linears' format: --quantization's, or the checkpoint's own (its table stays
+    // as stored, bf16).
+    const CheckpointQuantization& cq = mc.quantization_config;
+    QuantScheme quant = parse_quantization(a->config.quantization), table = embedding_quantization(quant);
+    if (cq.enabled()) {
+      const bool int4 = cq.bits == 4;
+      quant = {int4 ? QuantFormat::Int4 : QuantFormat::Int8,
+               cq.method == CheckpointQuantMethod::Fp8 ? cq.block_k : cq.group_size};
+      table = {};
+    }
+    const int64_t step_weight_bytes = weight_bytes_per_decode_step(mc, quant, table);
     const double weight_gb = double(step_weight_bytes) / 1e9;
     const double gflop_per_token = matmul_flops_per_token(mc) / 1e9;
     const std::string format =
-        quant.enabled() ? fmt::format("{} (lm_head {})", quantization_name(quant),
-                                      quantization_name(embedding_quantization(quant)))
+        quant.enabled() ? fmt::format("{}{} (lm_head {})", cq.enabled() ? cq.method_name() + " as " : "",
+                                      quantization_name(quant),
+                                      table.enabled() ? quantization_name(table) : "bf16")
                         : "bf16";
     std::fprintf(stderr, "model: %.3f GB of %s weights read per decode step, %.3f GFLOP of matmul per prompt token\n",
                  weight_gb, format.c_str(), gflop_per_token);

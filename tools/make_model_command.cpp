@@ -37,6 +37,12 @@ void add_make_model(CLI::App& app, Commands& commands) {
   cmd->add_option("--qkv-bias", o->qkv_bias, "true/false: q/k/v biases")->default_str("the preset's");
   cmd->add_option("--tie-embeddings", o->tie_embeddings, "true/false: lm_head shares the embedding table")->default_str("the preset's");
   cmd->add_option("--shards", o->shards, "split model.safetensors into this many shards");
+  cmd->add_option("--quantization", o->quantization,
+                  "write the decoder linears as a quantized checkpoint stores them: none, fp8 "
+                  "(128x128 blocks, as Qwen's FP8), awq (AutoAWQ GEMM 4-bit), gptq4, gptq8 "
+                  "(AutoGPTQ symmetric)");
+  cmd->add_option("--group-size", o->group_size, "awq / gptq: k values per scale (a multiple of 8 "
+                  "dividing hidden and intermediate; the tiny presets need 32)");
   auto tokenizer = std::make_shared<std::string>("auto");
   cmd->add_option("--tokenizer", *tokenizer,
                   "folder with tokenizer.json to include; 'auto' (default): Qwen3's pinned files "

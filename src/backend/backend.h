@@ -77,8 +77,8 @@ class Backend {
   // layout; linear() and the embedding lookups then run on it. A backend without quantized
   // kernels throws Error naming itself.
   virtual LinearWeight make_quantized_linear_weight(const QuantizedWeight& w) {
-    fail("{} does not run quantized weights ({}): load the model without --quantization",
-         describe(), quantization_name(w.scheme));
+    fail("{} does not run quantized weights ({}) yet: use --device cpu, or a bf16 checkpoint "
+         "without --quantization", describe(), quantization_name(w.scheme));
   }
 
   // ---- ops ----

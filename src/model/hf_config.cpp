@@ -193,6 +193,7 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
     c.torch_dtype = v->get<std::string>();
   }
   c.eos_token_ids = eos_ids(j, path);
+  if (const json* q = field(j, "quantization_config")) c.quantization_config = parse_quantization_config(*q, path);
   for (int id : c.eos_token_ids)
     if (id >= c.vocab_size)
       fail("{}: field 'eos_token_id' holds {}, outside the vocabulary of {}", path, id,

@@ -4,6 +4,8 @@
 #include <string>
 #include <vector>
 
+#include "model/quantization_config.h"
+
 namespace nanovllm {
 
 // The fields of config.json the engine uses. Supported: Qwen3ForCausalLM, Qwen2ForCausalLM.
@@ -24,10 +26,13 @@ struct ModelConfig {
   bool tie_word_embeddings = false;
   std::string torch_dtype;            // informational ("bfloat16", ...)
   std::vector<int> eos_token_ids;     // config.json eos_token_id (int or list)
+  // quantization_config: the checkpoint's own quantized linears (fp8 / awq / gptq); none if absent
+  CheckpointQuantization quantization_config;
 };
 
 // Reads and validates <folder>/config.json. Throws Error naming the file and the field for a
-// missing/invalid field, an unsupported architecture, or rope scaling other than none/default.
+// missing/invalid field, an unsupported architecture, rope scaling other than none/default, or a
+// quantization_config that model/quantization_config.h does not support.
 ModelConfig load_model_config(const std::string& folder);
 // The same from JSON text (path is used in error messages).
 ModelConfig parse_model_config(const std::string& json_text, const std::string& path);

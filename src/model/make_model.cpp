@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "runtime/tensor.h"
+#include "model/checkpoint_quantizer.h"
 #include "model/hf_config.h"
 #include "model/safetensors.h"
 #include "util/check.h"
@@ -118,6 +119,18 @@ void fill_chunk(const WeightSpec& w, uint64_t tensor_seed, int64_t chunk, int64_
     if (w.random_sign && (splitmix64(state) & 1)) v = -v;
     out[i] = f32_to_bf16(v);
   }
+}
+
+// The whole tensor's values (a quantized linear is encoded from all of them at once); the same
+// bytes write_tensor gives.
+std::vector<uint16_t> tensor_values(const WeightSpec& w, uint64_t seed) {
+  const uint64_t tensor_seed = mix(seed, fnv1a(w.tensor.name));
+  int64_t numel = 1;
+  for (int64_t d : w.tensor.shape) numel *= d;
+  std::vector<uint16_t> out(static_cast<size_t>(numel));
+  for (int64_t b = 0; b < numel; b += kChunk)
+    fill_chunk(w, tensor_seed, b / kChunk, std::min(kChunk, numel - b), out.data() + b);
+  return out;
 }
 
 // Generates one tensor piece by piece (at most kPiece elements in memory) into the writer.
@@ -309,11 +322,37 @@ void make_model(const MakeModelOptions& o) {
   // Validate through the same parser the engine uses, before writing anything big.
   const fs::path out(o.out);
   ojson config = config_json(p, o, arch, qkv_bias, head_dim, tie);
+  const CheckpointQuantizer quantizer(o.quantization, o.group_size);
+  if (quantizer.enabled()) {  // after num_key_value_heads, where transformers' sorted keys put it
+    ojson with = ojson::object();
+    for (auto& [key, value] : config.items()) {
+      with[key] = value;
+      if (key == "num_key_value_heads") with["quantization_config"] = quantizer.config_json(o.modules_to_not_convert);
+    }
+    config = std::move(with);
+  }
   const std::string config_path = (out / "config.json").string();
   ModelConfig c = parse_model_config(config.dump(), config_path);
   for (int id : p.generation_eos)
     if (id >= c.vocab_size)
       fail("make-model: vocab {} is too small for the preset's eos id {}", c.vocab_size, id);
+
+  std::vector<WeightSpec> specs = weight_specs(c);
+  if (size_t(o.shards) > specs.size())
+    fail("make-model: {} shards for {} tensors", o.shards, specs.size());
+  // The tensors each spec is written as: itself, or a quantized linear's tensors.
+  std::vector<std::vector<TensorSpec>> written(specs.size());
+  std::vector<bool> quantized(specs.size(), false);
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const TensorSpec& t = specs[i].tensor;
+    const bool linear = t.name.size() > 12 && t.name.compare(t.name.size() - 12, 12, "_proj.weight") == 0;
+    const std::string module = t.name.substr(0, t.name.size() - 7);  // less ".weight"
+    bool skip = false;
+    for (const std::string& m : o.modules_to_not_convert) skip |= module.find(m) != std::string::npos;
+    quantized[i] = quantizer.enabled() && linear && !skip;
+    if (quantized[i]) quantizer.check_shape(t.name, t.shape[0], t.shape[1]);
+    written[i] = quantized[i] ? quantizer.specs(t.name, t.shape[0], t.shape[1]) : std::vector<TensorSpec>{t};
+  }
 
   std::error_code ec;
   fs::create_directories(out, ec);
@@ -332,21 +371,22 @@ void make_model(const MakeModelOptions& o) {
   gen["top_p"] = decimal(p.top_p);
   write_json((out / "generation_config.json").string(), gen);
 
-  std::vector<WeightSpec> specs = weight_specs(c);
-  if (size_t(o.shards) > specs.size())
-    fail("make-model: {} shards for {} tensors", o.shards, specs.size());
   // Shard boundaries: consecutive tensors, about total / shards bytes each, none empty.
-  auto nbytes = [](const WeightSpec& w) {
-    size_t n = dtype_size(w.tensor.dtype);
-    for (int64_t d : w.tensor.shape) n *= size_t(d);
+  auto nbytes = [&](size_t i) {
+    size_t n = 0;
+    for (const TensorSpec& t : written[i]) {
+      size_t b = dtype_size(t.dtype);
+      for (int64_t d : t.shape) b *= size_t(d);
+      n += b;
+    }
     return n;
   };
   size_t total = 0;
-  for (const WeightSpec& w : specs) total += nbytes(w);
+  for (size_t i = 0; i < specs.size(); ++i) total += nbytes(i);
   std::vector<size_t> shard_end;  // one past the last tensor of each shard
   size_t acc = 0;
   for (size_t i = 0; i < specs.size(); ++i) {
-    acc += nbytes(specs[i]);
+    acc += nbytes(i);
     const size_t cuts = shard_end.size(), need = size_t(o.shards) - 1 - cuts;
     const size_t remaining = specs.size() - i - 1;
     if (need > 0 && remaining >= need &&
@@ -364,11 +404,21 @@ void make_model(const MakeModelOptions& o) {
                       : fmt::format("model-{:05d}-of-{:05d}.safetensors", s + 1, o.shards);
     std::vector<TensorSpec> tensors;
     for (size_t i = begin; i < shard_end[s]; ++i) {
-      tensors.push_back(specs[i].tensor);
-      weight_map[specs[i].tensor.name] = file;
+      for (const TensorSpec& t : written[i]) {
+        tensors.push_back(t);
+        weight_map[t.name] = file;
+      }
     }
     SafetensorsWriter writer((out / file).string(), std::move(tensors), {{"format", "pt"}});
-    for (size_t i = begin; i < shard_end[s]; ++i) write_tensor(specs[i], o.seed, writer, buf);
+    for (size_t i = begin; i < shard_end[s]; ++i) {
+      if (!quantized[i]) {
+        write_tensor(specs[i], o.seed, writer, buf);
+        continue;
+      }
+      const std::vector<int64_t>& shape = specs[i].tensor.shape;
+      for (const auto& bytes : quantizer.encode(tensor_values(specs[i], o.seed).data(), shape[0], shape[1]))
+        writer.write(bytes.data(), bytes.size());
+    }
     writer.finish();
     begin = shard_end[s];
   }

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace nanovllm {
 
@@ -27,6 +28,15 @@ struct MakeModelOptions {
   // empty: none. The vocab must cover the tokenizer's ids; bos/eos ids then follow the
   // tokenizer's <|endoftext|> / <|im_end|> as Qwen's configs do.
   std::string tokenizer;
+  // The decoder linears as a downloaded quantized checkpoint stores them
+  // (model/checkpoint_quantizer.h), round to nearest from the same random bf16 weights: "none",
+  // "fp8" (Qwen FP8 blocks of 128 x 128), "awq" (AutoAWQ GEMM 4-bit), "gptq4", "gptq8"
+  // (AutoGPTQ symmetric). The embedding, lm_head and norms stay bf16.
+  std::string quantization = "none";
+  int group_size = 128;  // awq / gptq: k values per scale; must divide every linear's k
+  // Modules (substring of the name, as transformers matches them) written unquantized and listed
+  // in quantization_config.modules_to_not_convert.
+  std::vector<std::string> modules_to_not_convert;
 };
 
 // The vocab size of a preset. Throws Error for an unknown preset.

@@ -41,7 +41,7 @@ constexpr DTypeName kDTypes[] = {
     {"I32", true, DType::I32},      {"I64", true, DType::I64},      {"F64", false, DType::F32},
     {"BOOL", false, DType::F32},    {"U8", false, DType::F32},      {"I8", false, DType::F32},
     {"I16", false, DType::F32},     {"U16", false, DType::F32},     {"U32", false, DType::F32},
-    {"U64", false, DType::F32},     {"F8_E5M2", false, DType::F32}, {"F8_E4M3", false, DType::F32},
+    {"U64", false, DType::F32},     {"F8_E5M2", false, DType::F32}, {"F8_E4M3", true, DType::F8E4M3},
     {"F8_E8M0", false, DType::F32}, {"F6_E2M3", false, DType::F32}, {"F6_E3M2", false, DType::F32},
     {"F4", false, DType::F32},      {"C64", false, DType::F32},
 };
@@ -133,7 +133,7 @@ Entry parse_entry(const std::string& name, const json& info, uint64_t data_size,
   if (!known->supported)
     fail(
         "{}: tensor '{}': dtype {} is valid safetensors but not supported by nanovllm "
-        "(supported: BF16, F16, F32, I32, I64)",
+        "(supported: BF16, F16, F32, I32, I64, F8_E4M3)",
         path, name, dtype);
   e.tensor.dtype = known->dtype;
 

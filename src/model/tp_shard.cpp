@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "model/quantized_checkpoint.h"
+
 namespace nanovllm {
 
 namespace {
@@ -27,10 +29,20 @@ HeadRange head_range(const ModelConfig& c, TpShard s) {
   return h;
 }
 
+void append(std::vector<uint16_t>& dst, const std::vector<uint16_t>& src) {
+  dst.insert(dst.end(), src.begin(), src.end());
+}
+
+// Rows [begin, begin + count) of the [n, k] weight `name`.
+struct RowPart {
+  std::string name;
+  int64_t n, begin, count;
+};
+
 class ShardLoader {
  public:
-  ShardLoader(const Checkpoint& ckpt, Backend& backend, ModelWeights& w)
-      : ckpt_(ckpt), backend_(backend), w_(w) {}
+  ShardLoader(const Checkpoint& ckpt, const CheckpointQuantization& stored, Backend& backend, ModelWeights& w)
+      : ckpt_(ckpt), stored_(stored), backend_(backend), w_(w) {}
 
   // Rows [begin, begin + count) of the [n, k] tensor `name`, as bf16 (only they are read).
   std::vector<uint16_t> rows(const std::string& name, int64_t n, int64_t k, int64_t begin, int64_t count) {
@@ -66,10 +78,38 @@ class ShardLoader {
     return backend_.make_linear_weight(Tensor::contiguous(w.data(), DType::BF16, {n, k}, DeviceKind::CPU));
   }
 
-  // Columns [begin, begin + count) of the [n, k] weight `name` as a linear weight. Quantized: the
-  // whole weight is quantized and the shard cut from it (quant.h slice_cols).
+  // The row parts of several [n_i, k] decoder linears stacked into one linear weight: from the
+  // checkpoint's own quantization where it stores them quantized (each part cut with slice_rows),
+  // else as bf16 rows quantized after slicing.
+  LinearWeight linear_rows(const std::vector<RowPart>& parts, int64_t k, QuantScheme quant) {
+    std::vector<std::string> modules;
+    for (const RowPart& p : parts) modules.push_back(module_of(p.name));
+    if (stored_quantized(ckpt_, stored_, modules)) {
+      std::vector<QuantizedWeight> shards;
+      for (const RowPart& p : parts) {
+        shards.push_back(slice_rows(read_quantized_linear(ckpt_, stored_, module_of(p.name), p.n, k),
+                                    p.begin, p.begin + p.count));
+      }
+      return backend_.make_quantized_linear_weight(shards.size() == 1 ? shards[0] : stack_rows(shards));
+    }
+    std::vector<uint16_t> w;
+    int64_t n = 0;
+    for (const RowPart& p : parts) {
+      append(w, rows(p.name, p.n, k, p.begin, p.count));
+      n += p.count;
+    }
+    return linear(std::move(w), n, k, quant, parts[0].name);
+  }
+
+  // Columns [begin, begin + count) of the [n, k] weight `name` as a linear weight. Quantized (at
+  // load, or stored so in the checkpoint): the whole weight's quantization, the shard cut from it
+  // (quant.h slice_cols).
   LinearWeight linear_cols(const std::string& name, int64_t n, int64_t k, int64_t begin,
                            int64_t count, QuantScheme quant) {
+    if (stored_quantized(ckpt_, stored_, {module_of(name)})) {
+      return backend_.make_quantized_linear_weight(slice_cols(
+          read_quantized_linear(ckpt_, stored_, module_of(name), n, k), begin, begin + count, name));
+    }
     if (!quant.enabled()) return linear(cols(name, n, k, begin, count), n, count, quant, name);
     const std::vector<uint16_t> whole = rows(name, n, k, 0, n);
     return backend_.make_quantized_linear_weight(
@@ -80,13 +120,10 @@ class ShardLoader {
 
  private:
   const Checkpoint& ckpt_;
+  const CheckpointQuantization& stored_;
   Backend& backend_;
   ModelWeights& w_;
 };
-
-void append(std::vector<uint16_t>& dst, const std::vector<uint16_t>& src) {
-  dst.insert(dst.end(), src.begin(), src.end());
-}
 
 }  // namespace
 
@@ -117,11 +154,12 @@ ModelConfig shard_config(const ModelConfig& full, int tp) {
 
 ModelWeights load_weights_shard(const Checkpoint& ckpt, const ModelConfig& c, TpShard s, Backend& backend,
                                 QuantScheme quant) {
-  const QuantScheme table = embedding_quantization(quant);
   const ModelConfig local = shard_config(c, s.size);  // every divisibility error comes first
+  check_load_quantization(c.quantization_config, quant);
+  const QuantScheme table = embedding_quantization(quant);
   if (s.rank < 0 || s.rank >= s.size) fail("tensor parallel rank {} outside [0, {})", s.rank, s.size);
   ModelWeights w;
-  ShardLoader load(ckpt, backend, w);
+  ShardLoader load(ckpt, c.quantization_config, backend, w);
   const int64_t H = c.hidden_size, D = c.head_dim, I = c.intermediate_size, V = c.vocab_size;
   const int64_t hq = c.num_attention_heads, hkv = c.num_key_value_heads;
   const HeadRange h = head_range(c, s);
@@ -142,11 +180,10 @@ ModelWeights load_weights_shard(const Checkpoint& ckpt, const ModelConfig& c, Tp
     const std::string p = fmt::format("model.layers.{}.", i);
     LayerWeights& l = w.layers.emplace_back();
     // [(q_count + 2 kv_count) D, H]: this rank's q heads, then its k heads, then its v heads.
-    std::vector<uint16_t> qkv = load.rows(p + "self_attn.q_proj.weight", hq * D, H, h.q_begin * D, h.q_count * D);
-    append(qkv, load.rows(p + "self_attn.k_proj.weight", hkv * D, H, h.kv_begin * D, h.kv_count * D));
-    append(qkv, load.rows(p + "self_attn.v_proj.weight", hkv * D, H, h.kv_begin * D, h.kv_count * D));
-    l.qkv_proj = load.linear(std::move(qkv), (h.q_count + 2 * h.kv_count) * D, H, quant,
-                             p + "self_attn.q_proj.weight");
+    l.qkv_proj = load.linear_rows({{p + "self_attn.q_proj.weight", hq * D, h.q_begin * D, h.q_count * D},
+                                   {p + "self_attn.k_proj.weight", hkv * D, h.kv_begin * D, h.kv_count * D},
+                                   {p + "self_attn.v_proj.weight", hkv * D, h.kv_begin * D, h.kv_count * D}},
+                                  H, quant);
     if (c.attention_bias) {
       std::vector<uint16_t> b = load.rows(p + "self_attn.q_proj.bias", hq * D, 0, h.q_begin * D, h.q_count * D);
       append(b, load.rows(p + "self_attn.k_proj.bias", hkv * D, 0, h.kv_begin * D, h.kv_count * D));
@@ -155,9 +192,9 @@ ModelWeights load_weights_shard(const Checkpoint& ckpt, const ModelConfig& c, Tp
     }
     l.o_proj = load.linear_cols(p + "self_attn.o_proj.weight", H, hq * D, h.q_begin * D,
                                 h.q_count * D, quant);
-    std::vector<uint16_t> gate_up = load.rows(p + "mlp.gate_proj.weight", I, H, s.rank * i_local, i_local);
-    append(gate_up, load.rows(p + "mlp.up_proj.weight", I, H, s.rank * i_local, i_local));
-    l.gate_up_proj = load.linear(std::move(gate_up), 2 * i_local, H, quant, p + "mlp.gate_proj.weight");
+    l.gate_up_proj = load.linear_rows({{p + "mlp.gate_proj.weight", I, s.rank * i_local, i_local},
+                                       {p + "mlp.up_proj.weight", I, s.rank * i_local, i_local}},
+                                      H, quant);
     l.down_proj = load.linear_cols(p + "mlp.down_proj.weight", H, I, s.rank * i_local, i_local, quant);
     l.input_layernorm = load.vector(load.rows(p + "input_layernorm.weight", H, 0, 0, H));
     l.post_attention_layernorm = load.vector(load.rows(p + "post_attention_layernorm.weight", H, 0, 0, H));

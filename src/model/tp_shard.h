@@ -40,7 +40,9 @@ ModelConfig shard_config(const ModelConfig& full, int tp_size);
 // embed_tokens, as load_weights gives).
 // quant as load_weights: row shards are quantized after slicing (rows quantize independently);
 // column shards (o_proj, down_proj) are cut from the whole weight's quantization, on int4 group
-// boundaries (Error with the numbers when a shard would split a group).
+// boundaries (Error with the numbers when a shard would split a group). A checkpoint's own
+// quantization (config.quantization_config) is sliced the same way: rows with slice_rows, the
+// columns of o_proj / down_proj with slice_cols.
 ModelWeights load_weights_shard(const Checkpoint& checkpoint, const ModelConfig& full,
                                 TpShard shard, Backend& backend, QuantScheme quant = {});
 

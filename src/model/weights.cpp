@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include "model/quantized_checkpoint.h"
+
 namespace nanovllm {
 
 void to_bf16_into(const SafetensorsTensor& t, const std::string& file, uint16_t* out) {
@@ -72,6 +74,19 @@ class Loader {
         Tensor::contiguous(all, DType::BF16, {n, k}, DeviceKind::CPU));
   }
 
+  // A decoder linear: the checkpoint's own quantization where it stores one (awq / gptq / fp8,
+  // model/quantized_checkpoint.h), the parts stacked; else linear().
+  LinearWeight proj(const std::vector<std::string>& names, const std::vector<int64_t>& rows, int64_t k,
+                    QuantScheme quant, const CheckpointQuantization& stored) {
+    std::vector<std::string> modules;
+    for (const std::string& name : names) modules.push_back(module_of(name));
+    if (!stored_quantized(ckpt_, stored, modules)) return linear(names, rows, k, quant);
+    std::vector<QuantizedWeight> parts;
+    for (size_t i = 0; i < modules.size(); ++i)
+      parts.push_back(read_quantized_linear(ckpt_, stored, modules[i], rows[i], k));
+    return backend_.make_quantized_linear_weight(parts.size() == 1 ? parts[0] : stack_rows(parts));
+  }
+
   // A small bf16 vector (norm weight, bias) concatenated from several tensors.
   Tensor vector(const std::vector<std::string>& names, const std::vector<int64_t>& sizes) {
     std::vector<uint16_t> all;
@@ -117,7 +132,9 @@ QuantScheme embedding_quantization(QuantScheme linear) {
 
 ModelWeights load_weights(const Checkpoint& checkpoint, const ModelConfig& c, Backend& backend,
                           QuantScheme quant) {
+  check_load_quantization(c.quantization_config, quant);
   const QuantScheme table = embedding_quantization(quant);
+  const CheckpointQuantization& stored = c.quantization_config;
   ModelWeights w;
   Loader load(checkpoint, backend, w);
   const int64_t H = c.hidden_size, D = c.head_dim, I = c.intermediate_size, V = c.vocab_size;
@@ -130,17 +147,17 @@ ModelWeights load_weights(const Checkpoint& checkpoint, const ModelConfig& c, Ba
   for (int i = 0; i < c.num_hidden_layers; ++i) {
     const std::string p = fmt::format("model.layers.{}.", i);
     LayerWeights& l = w.layers.emplace_back();
-    l.qkv_proj = load.linear({p + "self_attn.q_proj.weight", p + "self_attn.k_proj.weight",
-                              p + "self_attn.v_proj.weight"},
-                             {q_rows, kv_rows, kv_rows}, H, quant);
+    l.qkv_proj = load.proj({p + "self_attn.q_proj.weight", p + "self_attn.k_proj.weight",
+                            p + "self_attn.v_proj.weight"},
+                           {q_rows, kv_rows, kv_rows}, H, quant, stored);
     if (c.attention_bias) {
       l.qkv_bias = load.vector(
           {p + "self_attn.q_proj.bias", p + "self_attn.k_proj.bias", p + "self_attn.v_proj.bias"},
           {q_rows, kv_rows, kv_rows});
     }
-    l.o_proj = load.linear({p + "self_attn.o_proj.weight"}, {H}, q_rows, quant);
-    l.gate_up_proj = load.linear({p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"}, {I, I}, H, quant);
-    l.down_proj = load.linear({p + "mlp.down_proj.weight"}, {H}, I, quant);
+    l.o_proj = load.proj({p + "self_attn.o_proj.weight"}, {H}, q_rows, quant, stored);
+    l.gate_up_proj = load.proj({p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"}, {I, I}, H, quant, stored);
+    l.down_proj = load.proj({p + "mlp.down_proj.weight"}, {H}, I, quant, stored);
     l.input_layernorm = load.vector({p + "input_layernorm.weight"}, {H});
     l.post_attention_layernorm = load.vector({p + "post_attention_layernorm.weight"}, {H});
     if (c.qk_norm) {

@@ -40,6 +40,9 @@ struct ModelWeights {
 // Throws Error naming the file and tensor for a missing tensor or a shape that does not match
 // the config. quant (Config::quantization): every linear and the embedding / lm_head are
 // quantized at load (round to nearest, runtime/quant.h), the table by embedding_quantization.
+// A checkpoint with a quantization_config (config.quantization_config) keeps its own codes for
+// the decoder linears it stores quantized (model/quantized_checkpoint.h) and its embedding /
+// lm_head as stored; quant must then be none (Error naming the method otherwise).
 ModelWeights load_weights(const Checkpoint& checkpoint, const ModelConfig& config, Backend& backend,
                           QuantScheme quant = {});
 

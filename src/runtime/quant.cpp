@@ -21,7 +21,7 @@ QuantScheme parse_quantization(const std::string& name) {
 std::string quantization_name(QuantScheme s) {
   switch (s.format) {
     case QuantFormat::None: return "none";
-    case QuantFormat::Int8: return "int8";
+    case QuantFormat::Int8: return s.group ? "int8-g" + std::to_string(s.group) : "int8";
     case QuantFormat::Int4: return "int4-g" + std::to_string(s.group);
   }
   return "?";
@@ -30,24 +30,21 @@ std::string quantization_name(QuantScheme s) {
 double quantized_bytes_per_weight(QuantScheme s, int64_t k) {
   switch (s.format) {
     case QuantFormat::None: return 2.0;
-    case QuantFormat::Int8: return 1.0 + 4.0 / double(k);
-    case QuantFormat::Int4: return 0.5 + 4.0 / double(s.group);  // f16 scale and min
+    case QuantFormat::Int8: return 1.0 + 4.0 / double(s.group ? s.group : k);  // f32 scales
+    case QuantFormat::Int4: return 0.5 + 4.0 / double(s.group ? s.group : k);  // f16 scale, zero
   }
   return 2.0;
 }
 
-int64_t QuantizedWeight::groups() const {
-  return scheme.format == QuantFormat::Int4 ? (k + scheme.group - 1) / scheme.group : 1;
-}
+int64_t QuantizedWeight::groups() const { return scheme.group ? (k + scheme.group - 1) / scheme.group : 1; }
 
-int64_t QuantizedWeight::group_size() const {
-  return scheme.format == QuantFormat::Int4 ? scheme.group : k;
-}
+int64_t QuantizedWeight::group_size() const { return scheme.group ? scheme.group : k; }
 
 float QuantizedWeight::dequantize(int64_t j, int64_t i) const {
   const int64_t g = j * groups() + i / group_size();
-  const float v = float(q[size_t(j * k + i)]) * scale[size_t(g)];
-  return scheme.format == QuantFormat::Int4 ? v + min[size_t(g)] : v;
+  const float code = float(q[size_t(j * k + i)]);
+  return scheme.format == QuantFormat::Int4 ? (code - zero[size_t(g)]) * scale[size_t(g)]
+                                            : code * scale[size_t(g)];
 }
 
 namespace {
@@ -66,21 +63,24 @@ void quantize_row_int8(const float* w, int64_t k, int8_t* q, float* scale) {
   }
 }
 
-// One group, asymmetric: min and (max - min) / 15, both rounded to f16 first, so the codes
-// are chosen against the values the kernels will use.
-void quantize_group_int4(const float* w, int64_t n, int8_t* q, float* scale, float* min) {
+// One group, asymmetric: scale (max - min) / 15 and zero -min / scale, both rounded to f16
+// first, so the codes are chosen against the values the kernels use. The scale is at least
+// max|w| / 2048, which keeps |zero| <= 2048 (f16 integers are exact up to there) for a group far
+// from 0 relative to its spread; such a group then rounds to within max|w| / 4096.
+void quantize_group_int4(const float* w, int64_t n, int8_t* q, float* scale, float* zero) {
   float lo = w[0], hi = w[0];
   for (int64_t i = 1; i < n; ++i) {
     lo = std::min(lo, w[i]);
     hi = std::max(hi, w[i]);
   }
-  const float m = round_f16(lo);
-  const float s = round_f16((hi - m) / 15.0f);
+  const float amax = std::max(std::fabs(lo), std::fabs(hi));
+  const float s = round_f16(std::max((hi - lo) / 15.0f, amax / 2048.0f));
+  const float z = s > 0 ? round_f16(-lo / s) : 0.0f;
   *scale = s;
-  *min = m;
+  *zero = z;
   const float inv = s > 0 ? 1.0f / s : 0.0f;
   for (int64_t i = 0; i < n; ++i) {
-    q[i] = int8_t(std::clamp(std::nearbyint((w[i] - m) * inv), 0.0f, 15.0f));
+    q[i] = int8_t(std::clamp(std::nearbyint(w[i] * inv + z), 0.0f, 15.0f));
   }
 }
 
@@ -88,7 +88,9 @@ void quantize_group_int4(const float* w, int64_t n, int8_t* q, float* scale, flo
 
 QuantizedWeight quantize_rtn(const uint16_t* w, int64_t n, int64_t k, QuantScheme scheme,
                              const std::string& what) {
-  NV_CHECK(scheme.enabled() && n >= 0 && k > 0, "quantize_rtn of [{}, {}]", n, k);
+  NV_CHECK(scheme.enabled() && n >= 0 && k > 0 && scheme.group % 8 == 0 &&
+               (scheme.group > 0 || scheme.format == QuantFormat::Int8),
+           "quantize_rtn of [{}, {}] in {}", n, k, quantization_name(scheme));
   QuantizedWeight out;
   out.scheme = scheme;
   out.n = n;
@@ -96,7 +98,7 @@ QuantizedWeight quantize_rtn(const uint16_t* w, int64_t n, int64_t k, QuantSchem
   const int64_t groups = out.groups(), gs = out.group_size();
   out.q.resize(size_t(n * k));
   out.scale.resize(size_t(n * groups));
-  if (scheme.format == QuantFormat::Int4) out.min.resize(size_t(n * groups));
+  if (scheme.format == QuantFormat::Int4) out.zero.resize(size_t(n * groups));
   std::vector<float> row(static_cast<size_t>(k));
   for (int64_t j = 0; j < n; ++j) {
     for (int64_t i = 0; i < k; ++i) {
@@ -107,26 +109,84 @@ QuantizedWeight quantize_rtn(const uint16_t* w, int64_t n, int64_t k, QuantSchem
       }
     }
     int8_t* q = out.q.data() + j * k;
-    if (scheme.format == QuantFormat::Int8) {
-      quantize_row_int8(row.data(), k, q, &out.scale[size_t(j)]);
-      continue;
-    }
     for (int64_t g = 0; g < groups; ++g) {
       const int64_t i0 = g * gs, len = std::min(gs, k - i0);
-      quantize_group_int4(row.data() + i0, len, q + i0, &out.scale[size_t(j * groups + g)],
-                          &out.min[size_t(j * groups + g)]);
+      if (scheme.format == QuantFormat::Int8) {
+        quantize_row_int8(row.data() + i0, len, q + i0, &out.scale[size_t(j * groups + g)]);
+      } else {
+        quantize_group_int4(row.data() + i0, len, q + i0, &out.scale[size_t(j * groups + g)],
+                            &out.zero[size_t(j * groups + g)]);
+      }
     }
   }
   return out;
 }
 
+void validate(const QuantizedWeight& w, const std::string& what) {
+  const bool int4 = w.scheme.format == QuantFormat::Int4;
+  if (!w.scheme.enabled() || w.scheme.group < 0 || w.scheme.group % 8 != 0 ||
+      (int4 && w.scheme.group == 0) || w.scheme.group > (int4 ? 4096 : 512) || w.n <= 0 || w.k <= 0) {
+    fail("{}: quantized [{}, {}] in {}: unsupported shape or group size (groups: multiples of 8, "
+         "int8 up to 512, int4 from 8 up to 4096)", what, w.n, w.k, quantization_name(w.scheme));
+  }
+  const size_t cells = size_t(w.n * w.groups());
+  if (w.q.size() != size_t(w.n * w.k) || w.scale.size() != cells || w.zero.size() != (int4 ? cells : 0)) {
+    fail("{}: {} codes, {} scales, {} zeros for [{}, {}] in {}", what, w.q.size(), w.scale.size(),
+         w.zero.size(), w.n, w.k, quantization_name(w.scheme));
+  }
+  for (size_t i = 0; i < w.q.size(); ++i) {
+    if (int4 && (w.q[i] < 0 || w.q[i] > 15)) {
+      fail("{}: int4 code {} at [{}, {}] outside [0, 15]", what, int(w.q[i]), i / size_t(w.k), i % size_t(w.k));
+    }
+  }
+  for (size_t i = 0; i < cells; ++i) {
+    const float s = w.scale[i];
+    if (!std::isfinite(s) || (int4 && (s != round_f16(s) || w.zero[i] != round_f16(w.zero[i]) ||
+                                        !std::isfinite(w.zero[i])))) {
+      fail("{}: scale {}{} of row {} group {} is not {}", what, s,
+           int4 ? fmt::format(" / zero {}", w.zero[i]) : std::string(), i / size_t(w.groups()),
+           i % size_t(w.groups()), int4 ? "a finite f16 value" : "finite");
+    }
+  }
+}
+
+QuantizedWeight stack_rows(const std::vector<QuantizedWeight>& parts) {
+  NV_CHECK(!parts.empty(), "stack_rows of nothing");
+  QuantizedWeight out;
+  out.scheme = parts[0].scheme;
+  out.k = parts[0].k;
+  for (const QuantizedWeight& p : parts) {
+    NV_CHECK(p.k == out.k && p.scheme.format == out.scheme.format && p.scheme.group == out.scheme.group,
+             "stack_rows of [{}, {}] {} onto k {} {}", p.n, p.k, quantization_name(p.scheme), out.k,
+             quantization_name(out.scheme));
+    out.n += p.n;
+    out.q.insert(out.q.end(), p.q.begin(), p.q.end());
+    out.scale.insert(out.scale.end(), p.scale.begin(), p.scale.end());
+    out.zero.insert(out.zero.end(), p.zero.begin(), p.zero.end());
+  }
+  return out;
+}
+
+QuantizedWeight slice_rows(const QuantizedWeight& w, int64_t r0, int64_t r1) {
+  NV_CHECK(0 <= r0 && r0 < r1 && r1 <= w.n, "slice_rows [{}, {}) of n = {}", r0, r1, w.n);
+  QuantizedWeight out;
+  out.scheme = w.scheme;
+  out.n = r1 - r0;
+  out.k = w.k;
+  const int64_t g = w.groups();
+  out.q.assign(w.q.begin() + r0 * w.k, w.q.begin() + r1 * w.k);
+  out.scale.assign(w.scale.begin() + r0 * g, w.scale.begin() + r1 * g);
+  if (!w.zero.empty()) out.zero.assign(w.zero.begin() + r0 * g, w.zero.begin() + r1 * g);
+  return out;
+}
+
 QuantizedWeight slice_cols(const QuantizedWeight& w, int64_t c0, int64_t c1, const std::string& what) {
   NV_CHECK(0 <= c0 && c0 < c1 && c1 <= w.k, "slice_cols [{}, {}) of k = {}", c0, c1, w.k);
-  const bool int4 = w.scheme.format == QuantFormat::Int4;
-  if (int4 && (c0 % w.scheme.group != 0 || (c1 % w.scheme.group != 0 && c1 != w.k))) {
-    fail("tensor parallelism: {} shard columns [{}, {}) of {} do not start and end on int4 group "
-         "boundaries (group {}); use another tensor_parallel_size or int4 group", what, c0, c1,
-         w.k, w.scheme.group);
+  const int64_t group = w.scheme.group;
+  if (group && (c0 % group != 0 || (c1 % group != 0 && c1 != w.k))) {
+    fail("tensor parallelism: {} shard columns [{}, {}) of {} do not start and end on {} group "
+         "boundaries (group {}); use another tensor_parallel_size or group size", what, c0, c1, w.k,
+         w.scheme.format == QuantFormat::Int4 ? "int4" : "int8", group);
   }
   QuantizedWeight out;
   out.scheme = w.scheme;
@@ -136,16 +196,16 @@ QuantizedWeight slice_cols(const QuantizedWeight& w, int64_t c0, int64_t c1, con
   for (int64_t j = 0; j < w.n; ++j) {
     std::copy_n(w.q.data() + j * w.k + c0, out.k, out.q.data() + j * out.k);
   }
-  if (!int4) {
+  if (!group) {  // per row: the whole row's scale
     out.scale = w.scale;
     return out;
   }
-  const int64_t g0 = c0 / w.scheme.group, ng = out.groups(), wg = w.groups();
+  const int64_t g0 = c0 / group, ng = out.groups(), wg = w.groups();
   out.scale.resize(size_t(w.n * ng));
-  out.min.resize(size_t(w.n * ng));
+  if (!w.zero.empty()) out.zero.resize(size_t(w.n * ng));
   for (int64_t j = 0; j < w.n; ++j) {
     std::copy_n(w.scale.data() + j * wg + g0, ng, out.scale.data() + j * ng);
-    std::copy_n(w.min.data() + j * wg + g0, ng, out.min.data() + j * ng);
+    if (!w.zero.empty()) std::copy_n(w.zero.data() + j * wg + g0, ng, out.zero.data() + j * ng);
   }
   return out;
 }

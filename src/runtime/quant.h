@@ -1,14 +1,14 @@
 #pragma once
 // Quantized linear weights on the host: the formats, the one unpacked form every loader produces
-// (round to nearest from bf16 at load today; a checkpoint's own AWQ/GPTQ codes map onto it) and
-// every backend repacks from into its own layout (Backend::make_quantized_linear_weight).
+// (round to nearest from bf16 at load; a checkpoint's own AWQ / GPTQ / FP8 codes) and every
+// backend repacks from into its own layout (Backend::make_quantized_linear_weight).
 //
-//   int8: w[j][i] = q[j][i] * scale[j]                 q in [-127, 127], one f32 scale per
-//                                                      output row (per channel, symmetric)
-//   int4: w[j][i] = q[j][i] * scale[j][g] + min[j][g]   g = i / group, q in [0, 15]; scale and
-//                                                      min are f16 values (asymmetric groups,
-//                                                      llama.cpp's Q4_1 form; AWQ's and GPTQ's
-//                                                      (q - zero) * scale is min = -zero * scale)
+//   int8, group 0:  w[j][i] = q[j][i] * scale[j]                 one scale per output row
+//   int8, group G:  w[j][i] = q[j][i] * scale[j][i / G]           (GPTQ 8-bit, FP8 requantized)
+//                   q in [-128, 127]; scale any f32
+//   int4, group G:  w[j][i] = (q[j][i] - zero[j][g]) * scale[j][g], g = i / G, q in [0, 15];
+//                   scale and zero are f16 values (AWQ / GPTQ: zero an integer; round to
+//                   nearest: min / max of the group on the grid, zero fractional)
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -19,7 +19,7 @@ enum class QuantFormat : uint8_t { None, Int8, Int4 };
 
 struct QuantScheme {
   QuantFormat format = QuantFormat::None;
-  int64_t group = 0;  // int4: k values per scale (32, 64 or 128); int8: 0 (per output row)
+  int64_t group = 0;  // k values per scale, a multiple of 8 (int4: > 0; int8: 0 = per row)
   bool enabled() const { return format != QuantFormat::None; }
 };
 
@@ -38,11 +38,19 @@ struct QuantizedWeight {
   int64_t n = 0, k = 0;
   std::vector<int8_t> q;       // [n, k]
   std::vector<float> scale;    // [n, groups()]
-  std::vector<float> min;      // [n, groups()] (int4); empty for int8
-  int64_t groups() const;      // int8: 1; int4: ceil(k / group)
-  int64_t group_size() const;  // int8: k; int4: group
+  std::vector<float> zero;     // [n, groups()] (int4); empty for int8
+  int64_t groups() const;      // group 0: 1; else ceil(k / group)
+  int64_t group_size() const;  // group 0: k; else group
   float dequantize(int64_t j, int64_t i) const;
 };
+
+// Error naming `what` when w breaks the form above: sizes, code ranges, int4 scale / zero not
+// f16 values, non-finite scales. Loaders of quantized checkpoints call it before packing.
+void validate(const QuantizedWeight& w, const std::string& what);
+// Rows of several weights of the same k and scheme stacked (q/k/v, gate/up).
+QuantizedWeight stack_rows(const std::vector<QuantizedWeight>& parts);
+// Rows [r0, r1) (tensor-parallel row shards of a checkpoint's quantized weight).
+QuantizedWeight slice_rows(const QuantizedWeight& w, int64_t r0, int64_t r1);
 
 // Round-to-nearest quantization of w (bf16 bits, row-major [n, k]). `what` names the tensor in
 // the Error a non-finite value throws.

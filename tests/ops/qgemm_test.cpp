@@ -46,8 +46,8 @@ Packed make_weight(int64_t n, int64_t k, QuantScheme scheme, std::mt19937& rng) 
 }
 
 std::vector<QuantScheme> schemes() {
-  return {{QuantFormat::Int8, 0}, {QuantFormat::Int4, 32}, {QuantFormat::Int4, 64},
-          {QuantFormat::Int4, 128}};
+  return {{QuantFormat::Int8, 0},  {QuantFormat::Int8, 32},  {QuantFormat::Int8, 128},
+          {QuantFormat::Int4, 32},  {QuantFormat::Int4, 64},  {QuantFormat::Int4, 128}};
 }
 
 // Runs qgemm on x [m, k] (row stride ldx) and checks every output; returns the mismatches.

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "model/safetensors.h"
+#include "reference/quantized_reference.h"
 #include "model/weights.h"
 #include "runtime/tensor.h"
 #include "runtime/fp8.h"
@@ -116,8 +117,17 @@ void rope(float* x, size_t D, int pos, double theta) {
 
 ReferenceModel::ReferenceModel(const std::string& folder, Precision precision, QuantScheme quant)
     : config_(load_model_config(folder)), precision_(precision), quant_(quant) {
+  DequantizedLinears stored = dequantize_checkpoint_linears(folder);
+  if (!stored.weights.empty() && quant.enabled())
+    throw std::runtime_error("reference model: quantization at load of a quantized checkpoint");
+  const std::set<std::string> consumed(stored.consumed.begin(), stored.consumed.end());
+  for (auto& [name, v] : stored.weights) {
+    stored_quantized_.insert(name);
+    weights_[name] = std::move(v);
+  }
   Checkpoint ckpt(folder);
   for (const std::string& name : ckpt.names()) {
+    if (consumed.count(name) || stored_quantized_.count(name)) continue;
     const SafetensorsTensor* t = ckpt.find(name);
     Vec v(size_t(t->numel()));
     const size_t es = dtype_size(t->dtype);
@@ -138,6 +148,11 @@ const std::vector<float>& ReferenceModel::w(const std::string& name) const {
   return it->second;
 }
 
+// Whether the engine's GEMM of `weight` reads x on the int16 grid: every quantized weight.
+bool ReferenceModel::int16_input(const std::string& weight) const {
+  return quant_.enabled() || stored_quantized_.count(weight) != 0;
+}
+
 std::vector<float> ReferenceModel::last_logits(const std::vector<int32_t>& tokens) const {
   return logits_at(tokens, {tokens.size() - 1}).front();
 }
@@ -156,9 +171,10 @@ std::vector<std::vector<float>> ReferenceModel::logits_at(const std::vector<int3
   const double eps = c.rms_norm_eps;
   const bool bf16 = precision_ != Precision::kFp32;
   const bool fp8_kv = precision_ == Precision::kBf16StorageFp8Kv;
-  // Where a GEMM reads x: the quantized GEMM's int16 grid, else bf16 storage.
-  const bool quant = quant_.enabled();
-  auto gemm_in = [&](const Vec& v) { return quant ? round_int16_grid(v) : maybe_round(v, bf16); };
+  // Where the GEMM of `weight` reads x: the quantized GEMM's int16 grid, else bf16 storage.
+  auto gemm_in = [&](const Vec& v, const std::string& weight) {
+    return int16_input(weight) ? round_int16_grid(v) : maybe_round(v, bf16);
+  };
   // Residual stream x[t] (fp32, unrounded).
   std::vector<Vec> x(T, Vec(H));
   const Vec& emb = w("model.embed_tokens.weight");
@@ -168,7 +184,7 @@ std::vector<std::vector<float>> ReferenceModel::logits_at(const std::vector<int3
     const std::string p = fmt::format("model.layers.{}.", l);
     std::vector<Vec> q(T), k(T), v(T);
     for (size_t t = 0; t < T; ++t) {
-      Vec h = gemm_in(rmsnorm(x[t].data(), w(p + "input_layernorm.weight"), H, eps));
+      Vec h = gemm_in(rmsnorm(x[t].data(), w(p + "input_layernorm.weight"), H, eps), p + "self_attn.q_proj.weight");
       const bool bias = c.attention_bias;
       q[t] = matvec(w(p + "self_attn.q_proj.weight"), h, Hq * D, bias ? &w(p + "self_attn.q_proj.bias") : nullptr);
       k[t] = matvec(w(p + "self_attn.k_proj.weight"), h, Hkv * D, bias ? &w(p + "self_attn.k_proj.bias") : nullptr);
@@ -215,22 +231,24 @@ std::vector<std::vector<float>> ReferenceModel::logits_at(const std::vector<int3
           att[hh * D + i] = float(acc / z);
         }
       }
-      Vec o = matvec(w(p + "self_attn.o_proj.weight"), gemm_in(att), H);
+      Vec o = matvec(w(p + "self_attn.o_proj.weight"), gemm_in(att, p + "self_attn.o_proj.weight"), H);
       for (size_t i = 0; i < H; ++i) x[t][i] += o[i];
     }
     for (size_t t = 0; t < T; ++t) {
-      Vec h = gemm_in(rmsnorm(x[t].data(), w(p + "post_attention_layernorm.weight"), H, eps));
+      Vec h = gemm_in(rmsnorm(x[t].data(), w(p + "post_attention_layernorm.weight"), H, eps),
+                      p + "mlp.gate_proj.weight");
       Vec g = matvec(w(p + "mlp.gate_proj.weight"), h, I);
       Vec u = matvec(w(p + "mlp.up_proj.weight"), h, I);
       for (size_t i = 0; i < I; ++i) g[i] = float(g[i] / (1.0 + std::exp(-double(g[i]))) * u[i]);
-      Vec d = matvec(w(p + "mlp.down_proj.weight"), gemm_in(g), H);
+      Vec d = matvec(w(p + "mlp.down_proj.weight"), gemm_in(g, p + "mlp.down_proj.weight"), H);
       for (size_t i = 0; i < H; ++i) x[t][i] += d[i];
     }
   }
-  const Vec& head = c.tie_word_embeddings ? emb : w("lm_head.weight");
+  const std::string head_name = c.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
+  const Vec& head = w(head_name);
   std::vector<Vec> out;
   for (size_t t : rows) {
-    Vec h = gemm_in(rmsnorm(x[t].data(), w("model.norm.weight"), H, eps));
+    Vec h = gemm_in(rmsnorm(x[t].data(), w("model.norm.weight"), H, eps), head_name);
     out.push_back(matvec(head, h, V));
   }
   return out;

@@ -2,6 +2,7 @@
 // An independent, plain fp32 Qwen3/Qwen2 forward: no paging, no batching, no backend, no fused
 // weights; every weight read from the checkpoint and widened to float. The oracle for the engine.
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,10 @@ class ReferenceModel {
   // (runtime/quant.h quantize_rtn, the format's definition; the table by
   // embedding_quantization) dequantized to f32, and every GEMM input rounded where the
   // quantized GEMM rounds it: per row to the int16 grid of scale max|x| / 16383 (instead of bf16).
+  // A checkpoint stored quantized (config.json quantization_config: fp8, awq, gptq) has its
+  // quantized linears dequantized by reference/quantized_reference.h, their inputs rounded to the
+  // int16 grid too; its other weights (embedding, lm_head, norms, unconverted linears) are as
+  // stored, their GEMM inputs as `precision` says. quant must then be none.
   explicit ReferenceModel(const std::string& folder, Precision precision = Precision::kFp32,
                           QuantScheme quant = {});
 
@@ -42,11 +47,13 @@ class ReferenceModel {
 
  private:
   const std::vector<float>& w(const std::string& name) const;
+  bool int16_input(const std::string& weight) const;
   std::vector<std::vector<float>> logits_at(const std::vector<int32_t>& tokens, const std::vector<size_t>& rows) const;
   ModelConfig config_;
   Precision precision_;
   QuantScheme quant_;
   std::map<std::string, std::vector<float>> weights_;
+  std::set<std::string> stored_quantized_;  // weights the checkpoint stores quantized
 };
 
 }  // namespace nanovllm::ref

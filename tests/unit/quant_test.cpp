@@ -57,36 +57,99 @@ TEST(Quant, Int8IsPerRowNearest) {
   }
 }
 
-// int4: per group, min and (max - min) / 15 as f16 values, codes in [0, 15] and the nearest.
+// int8 in groups: a scale per (row, group) = the group's max|w| / 127.
+TEST(Quant, Int8GroupsHaveTheirOwnScale) {
+  const int64_t n = 3, k = 100, group = 32;
+  std::vector<uint16_t> w = random_bf16(n, k, 9);
+  QuantizedWeight q = quantize_rtn(w.data(), n, k, {QuantFormat::Int8, group}, "w");
+  ASSERT_EQ(q.groups(), 4);
+  for (int64_t j = 0; j < n; ++j) {
+    for (int64_t g = 0; g < 4; ++g) {
+      float amax = 0;
+      for (int64_t i = g * group; i < std::min(k, (g + 1) * group); ++i) {
+        amax = std::max(amax, std::fabs(bf16_to_f32(w[size_t(j * k + i)])));
+      }
+      const float s = q.scale[size_t(j * 4 + g)];
+      EXPECT_FLOAT_EQ(s, amax / 127.0f);
+      for (int64_t i = g * group; i < std::min(k, (g + 1) * group); ++i) {
+        ASSERT_LE(std::fabs(bf16_to_f32(w[size_t(j * k + i)]) - q.dequantize(j, i)), s * 0.5001f);
+      }
+    }
+  }
+}
+
+// int4: per group, scale (max - min) / 15 and zero -min / scale as f16 values, codes in [0, 15]
+// and the nearest of the grid.
 TEST(Quant, Int4GroupsAreAsymmetricNearest) {
   for (int64_t group : {32, 64, 128}) {
     const int64_t n = 5, k = 200;  // the last group is short
     std::vector<uint16_t> w = random_bf16(n, k, uint32_t(group));
     QuantizedWeight q = quantize_rtn(w.data(), n, k, {QuantFormat::Int4, group}, "w");
     ASSERT_EQ(q.groups(), (k + group - 1) / group);
+    validate(q, "w");
     for (int64_t j = 0; j < n; ++j) {
       for (int64_t g = 0; g < q.groups(); ++g) {
-        const float s = q.scale[size_t(j * q.groups() + g)], m = q.min[size_t(j * q.groups() + g)];
+        const float s = q.scale[size_t(j * q.groups() + g)], z = q.zero[size_t(j * q.groups() + g)];
         EXPECT_EQ(s, f16_to_f32(f32_to_f16(s)));
-        EXPECT_EQ(m, f16_to_f32(f32_to_f16(m)));
+        EXPECT_EQ(z, f16_to_f32(f32_to_f16(z)));
         float lo = INFINITY, hi = -INFINITY;
         for (int64_t i = g * group; i < std::min(k, (g + 1) * group); ++i) {
           lo = std::min(lo, bf16_to_f32(w[size_t(j * k + i)]));
           hi = std::max(hi, bf16_to_f32(w[size_t(j * k + i)]));
         }
-        EXPECT_NEAR(m, lo, std::fabs(lo) * 1e-3f);
-        EXPECT_NEAR(s, (hi - lo) / 15.0f, (hi - lo) / 15.0f * 2e-3f);
+        EXPECT_NEAR(s, (hi - lo) / 15.0f, (hi - lo) / 15.0f * 1e-3f);
+        EXPECT_NEAR(-z * s, lo, s * 0.01f);  // the grid starts at the minimum
         for (int64_t i = g * group; i < std::min(k, (g + 1) * group); ++i) {
           const int code = q.q[size_t(j * k + i)];
           ASSERT_TRUE(code >= 0 && code <= 15) << code;
           const float v = bf16_to_f32(w[size_t(j * k + i)]);
-          // Nearest of the grid, up to the clamp at the ends (f16 rounding of min and scale).
-          ASSERT_LE(std::fabs(v - q.dequantize(j, i)), s * 0.5f + std::fabs(lo) * 1e-3f + s * 15 * 1e-3f)
-              << "group " << group << " [" << j << ", " << i << "]";
+          ASSERT_LE(std::fabs(v - q.dequantize(j, i)), s * 0.51f) << "group " << group << " [" << j << ", " << i << "]";
         }
       }
     }
   }
+}
+
+// A group far from zero relative to its spread keeps |zero| <= 2048 and rounds within
+// max|w| / 4096.
+TEST(Quant, Int4GroupFarFromZeroStaysBounded) {
+  std::vector<uint16_t> w(32);
+  for (size_t i = 0; i < w.size(); ++i) w[i] = f32_to_bf16(100.0f + 0.0625f * float(i % 2));
+  QuantizedWeight q = quantize_rtn(w.data(), 1, 32, {QuantFormat::Int4, 32}, "w");
+  validate(q, "w");
+  EXPECT_LE(std::fabs(q.zero[0]), 2048.0f);
+  for (int64_t i = 0; i < 32; ++i) {
+    EXPECT_LE(std::fabs(q.dequantize(0, i) - bf16_to_f32(w[size_t(i)])), 100.1f / 4096 + 1e-3f);
+  }
+}
+
+TEST(Quant, ValidateNamesWhatIsWrong) {
+  std::vector<uint16_t> w = random_bf16(2, 32, 4);
+  QuantizedWeight q = quantize_rtn(w.data(), 2, 32, {QuantFormat::Int4, 32}, "w");
+  auto expect_error = [](const QuantizedWeight& bad, const std::string& needle) {
+    try {
+      validate(bad, "model.layers.3.mlp.up_proj");
+      ADD_FAILURE() << "accepted; wanted an error with " << needle;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("model.layers.3.mlp.up_proj"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  QuantizedWeight bad = q;
+  bad.q[5] = 16;
+  expect_error(bad, "outside [0, 15]");
+  bad = q;
+  bad.scale[1] = 0.1f;  // not an f16 value
+  expect_error(bad, "f16");
+  bad = q;
+  bad.zero.pop_back();
+  expect_error(bad, "zeros");
+  bad = q;
+  bad.scheme.group = 12;
+  expect_error(bad, "group");
+  bad = q;
+  bad.scale[0] = NAN;
+  expect_error(bad, "finite");
 }
 
 TEST(Quant, ConstantRowsAndZerosAreExact) {
@@ -120,7 +183,8 @@ TEST(Quant, NonFiniteWeightIsAnErrorNamingTheTensor) {
 TEST(Quant, ColumnShardsCutTheWholeQuantization) {
   const int64_t n = 6, k = 256;
   std::vector<uint16_t> w = random_bf16(n, k, 3);
-  for (QuantScheme s : {QuantScheme{QuantFormat::Int8, 0}, QuantScheme{QuantFormat::Int4, 64}}) {
+  for (QuantScheme s : {QuantScheme{QuantFormat::Int8, 0}, QuantScheme{QuantFormat::Int8, 64},
+                        QuantScheme{QuantFormat::Int4, 64}}) {
     QuantizedWeight whole = quantize_rtn(w.data(), n, k, s, "w");
     QuantizedWeight part = slice_cols(whole, 128, 256, "w");
     ASSERT_EQ(part.k, 128);
@@ -136,6 +200,13 @@ TEST(Quant, ColumnShardsCutTheWholeQuantization) {
     EXPECT_NE(std::string(e.what()).find("[96, 192)"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("group 64"), std::string::npos) << e.what();
   }
+  // Row shards and stacking give back the whole.
+  QuantizedWeight top = slice_rows(q4, 0, 2), rest = slice_rows(q4, 2, n);
+  QuantizedWeight again = stack_rows({top, rest});
+  EXPECT_EQ(again.q, q4.q);
+  EXPECT_EQ(again.scale, q4.scale);
+  EXPECT_EQ(again.zero, q4.zero);
+  EXPECT_EQ(again.n, n);
 }
 
 }  // namespace

@@ -19,12 +19,15 @@ QuantLayout quant_layout(QuantScheme scheme, int64_t n, int64_t k) {
   l.k = k;
   l.kpad = (k + 7) / 8 * 8;
   const bool int4 = scheme.format == QuantFormat::Int4;
-  NV_CHECK(!int4 || (scheme.group > 0 && scheme.group % 8 == 0), "int4 group {}", scheme.group);
-  l.kg = int4 ? scheme.group : kInt8Chunk;
+  NV_CHECK(scheme.group % 8 == 0 && (scheme.group > 0 || !int4) &&
+               scheme.group <= (int4 ? kInt4MaxGroup : kInt8Chunk),
+           "quant_layout group {}", scheme.group);
+  l.kg = scheme.group ? scheme.group : kInt8Chunk;
   l.groups = (l.kpad + l.kg - 1) / l.kg;
   l.nblocks = (n + kQBlockCols - 1) / kQBlockCols;
-  l.block_bytes = int4 ? size_t(l.groups) * 32 + size_t(l.kpad) * 4  // 8 cols x 1/2 byte
-                       : 32 + size_t(l.kpad) * 8;
+  const size_t headers = scheme.group ? size_t(l.groups) * 32 : 32;
+  l.block_bytes = headers + size_t(l.kpad) * (int4 ? 4 : 8);  // 8 columns of 1/2 or 1 byte
+  l.block_bytes = (l.block_bytes + 63) / 64 * 64;              // each block on a cache line
   l.block_bytes = (l.block_bytes + 63) / 64 * 64;  // every block starts on a cache line
   return l;
 }
@@ -42,33 +45,36 @@ void pack_quantized_blocks(void* dst, const QuantizedWeight& w, const QuantLayou
       const int64_t j = b * kQBlockCols + c;
       return (j < l.n && i < l.k) ? w.q[size_t(j * l.k + i)] : 0;
     };
-    if (!int4) {
-      float* scale = reinterpret_cast<float*>(p);
-      for (int64_t c = 0; c < kQBlockCols; ++c) {
-        const int64_t j = b * kQBlockCols + c;
-        scale[c] = j < l.n ? w.scale[size_t(j)] : 0.0f;
-      }
-      int8_t* q = reinterpret_cast<int8_t*>(p + 32);
-      for (int64_t pr = 0; pr < l.kpad / 2; pr += 2) {
+    for (int64_t g = 0; g < l.groups; ++g) {
+      if (g == 0 || l.scheme.group) {  // the group's header (int8 per row: only the first)
         for (int64_t c = 0; c < kQBlockCols; ++c) {
-          for (int e = 0; e < 2; ++e) {
-            q[pr * 16 + (c * 2 + e) * 2] = int8_t(code(c, 2 * pr + e));
-            q[pr * 16 + (c * 2 + e) * 2 + 1] = int8_t(code(c, 2 * (pr + 1) + e));
+          const int64_t j = b * kQBlockCols + c;
+          const bool real = j < l.n && g < wg;
+          const float s = real ? w.scale[size_t(j * wg + g)] : 0.0f;
+          if (int4) {
+            const float z = real ? w.zero[size_t(j * wg + g)] : 0.0f;
+            const uint16_t h[2] = {f32_to_f16(s), f32_to_f16(z)};
+            std::memcpy(p + 2 * c, &h[0], 2);
+            std::memcpy(p + 16 + 2 * c, &h[1], 2);
+          } else {
+            std::memcpy(p + 4 * c, &s, 4);
           }
         }
+        p += 32;
       }
-      continue;
-    }
-    for (int64_t g = 0; g < l.groups; ++g) {
-      uint16_t* hdr = reinterpret_cast<uint16_t*>(p);
-      for (int64_t c = 0; c < kQBlockCols; ++c) {
-        const int64_t j = b * kQBlockCols + c;
-        const bool real = j < l.n && g < wg;
-        hdr[c] = f32_to_f16(real ? w.scale[size_t(j * wg + g)] : 0.0f);
-        hdr[8 + c] = f32_to_f16(real ? w.min[size_t(j * wg + g)] : 0.0f);
-      }
-      p += 32;
       const int64_t k0 = g * l.kg, pairs = l.group_len(g) / 2;
+      if (!int4) {
+        for (int64_t pr = 0; pr < pairs; pr += 2) {
+          for (int64_t c = 0; c < kQBlockCols; ++c) {
+            for (int e = 0; e < 2; ++e) {
+              p[(c * 2 + e) * 2] = uint8_t(code(c, k0 + 2 * pr + e));
+              p[(c * 2 + e) * 2 + 1] = uint8_t(code(c, k0 + 2 * (pr + 1) + e));
+            }
+          }
+          p += 32;
+        }
+        continue;
+      }
       for (int64_t pr = 0; pr < pairs; pr += 4) {
         for (int64_t c = 0; c < kQBlockCols; ++c) {
           for (int e = 0; e < 2; ++e) {
@@ -88,29 +94,34 @@ void unpack_quantized_row(float* out, const void* packed, const QuantLayout& l, 
   NV_CHECK(row >= 0 && row < l.n, "row {} of {}", row, l.n);
   const uint8_t* p = static_cast<const uint8_t*>(packed) + size_t(row / kQBlockCols) * l.block_bytes;
   const int64_t c = row % kQBlockCols;
-  if (l.scheme.format == QuantFormat::Int8) {
-    float s;
-    std::memcpy(&s, p + 4 * c, 4);
-    const int8_t* q = reinterpret_cast<const int8_t*>(p + 32);
-    for (int64_t i = 0; i < l.k; ++i) {
-      const int64_t pr = i / 2, e = i % 2;
-      out[i] = float(q[(pr / 2) * 32 + (c * 2 + e) * 2 + pr % 2]) * s;
-    }
-    return;
-  }
+  const bool int4 = l.scheme.format == QuantFormat::Int4;
+  float s = 0, z = 0;
   for (int64_t g = 0; g < l.groups; ++g) {
-    uint16_t h[16];
-    std::memcpy(h, p, 32);
-    const float s = f16_to_f32(h[c]), m = f16_to_f32(h[8 + c]);
-    p += 32;
-    const int64_t k0 = g * l.kg, len = l.group_len(g);
-    for (int64_t i = 0; i < len; ++i) {
-      const int64_t pr = i / 2, e = i % 2;
-      const uint8_t* lane = p + (pr / 4) * 32 + (c * 2 + e) * 2;
-      const int q = ((lane[0] | lane[1] << 8) >> (4 * (pr % 4))) & 15;
-      if (k0 + i < l.k) out[k0 + i] = float(q) * s + m;
+    if (g == 0 || l.scheme.group) {
+      if (int4) {
+        uint16_t h[2];
+        std::memcpy(&h[0], p + 2 * c, 2);
+        std::memcpy(&h[1], p + 16 + 2 * c, 2);
+        s = f16_to_f32(h[0]);
+        z = f16_to_f32(h[1]);
+      } else {
+        std::memcpy(&s, p + 4 * c, 4);
+      }
+      p += 32;
     }
-    p += len * 4;
+    const int64_t k0 = g * l.kg, len = l.group_len(g);
+    for (int64_t i = 0; i < len && k0 + i < l.k; ++i) {
+      const int64_t pr = i / 2, e = i % 2;
+      if (int4) {
+        const uint8_t* lane = p + (pr / 4) * 32 + (c * 2 + e) * 2;
+        const int q = ((lane[0] | lane[1] << 8) >> (4 * (pr % 4))) & 15;
+        out[k0 + i] = (float(q) - z) * s;
+      } else {
+        const int8_t q = int8_t(p[(pr / 2) * 32 + (c * 2 + e) * 2 + pr % 2]);
+        out[k0 + i] = float(q) * s;
+      }
+    }
+    p += len * (int4 ? 4 : 8);
   }
 }
 
@@ -198,7 +209,7 @@ void qgemm(const QGemmArgs& a, ThreadPool& pool) {
           t.bias = a.bias ? a.bias + b * kQBlockCols : nullptr;
           t.rows = rows;
           t.ncols = int(std::min<int64_t>(blocks * kQBlockCols, l.n - b * kQBlockCols));
-          detail::avx2_qtile(l.scheme.format, rows, blocks)(t);
+          detail::avx2_qtile(l.scheme, rows, blocks)(t);
           r += rows;
         }
         b += blocks;

@@ -7,15 +7,18 @@
 // int16 pairs into 8 int32 sums per instruction. On AVX2 that is the rate of the int8 path
 // (vpmaddubsw + vpmaddwd, 32 products per 2 multiplies), so 16-bit activations cost nothing and
 // lose nothing (docs/quantization.md). Integer sums are flushed to f32 once per group (int4:
-// scale and min of the group; int8: chunks of kInt8Chunk k), always in k order, so a row's
+// scale * (sum - zero * sum of x codes); int8: scale * sum, or for a per-row scale the sum of
+// each chunk of kInt8Chunk k, the scale at the end), always in k order, so a row's
 // result depends only on that row and the weights: batch and thread invariant.
 //
 // Packed layout: blocks of 8 output columns, each one contiguous stream over k; the weights of a
-// block are kpad = k rounded up to 8, in groups of kg k (int4: the scheme's group; int8:
-// kInt8Chunk), the last group shorter:
-//   int8: f32 scale[8], then per two k pairs p, p + 1: 32 bytes, 16-bit lane 2c + e holding
-//         pair p's (c, e) code in its low byte and pair p + 1's in its high byte.
-//   int4: per group: f16 scale[8], f16 min[8], then per four k pairs p..p+3: 32 bytes, 16-bit
+// block are kpad = k rounded up to 8, in groups of kg k (the scheme's group; int8 per row:
+// kInt8Chunk), the last group shorter. Each group is a 32-byte header and its codes:
+//   header: int8 per row: f32 scale[8] before the first group only; int8 grouped: f32 scale[8];
+//           int4: f16 scale[8], f16 zero[8].
+//   int8: per two k pairs p, p + 1: 32 bytes, 16-bit lane 2c + e holding pair p's (c, e) code
+//         in its low byte and pair p + 1's in its high byte.
+//   int4: per four k pairs p..p+3: 32 bytes, 16-bit
 //         lane 2c + e holding pair p + i's (c, e) code in bits 4i..4i+3, so that a mask and
 //         three shifts give the four pairs' int16 codes in place (no widening shuffles).
 // Padding (columns past n, k past K) is code 0 with scale and min 0.
@@ -29,7 +32,10 @@
 namespace nanovllm::cpu {
 
 constexpr int64_t kQBlockCols = 8;
-constexpr int64_t kInt8Chunk = 512;  // int32 sums stay below 2^31: 127 * 16383 * 512 < 2^30.1
+// Largest groups whose int32 sums stay below 2^31 (x codes up to 16383): int8 128 * 16383 * 512
+// < 2^30.1; int4 15 * 16383 * 4096 < 2^30.
+constexpr int64_t kInt8Chunk = 512;
+constexpr int64_t kInt4MaxGroup = 4096;
 
 struct QuantLayout {
   QuantScheme scheme;
@@ -84,7 +90,7 @@ constexpr int kQMaxRows = 4;
 constexpr int kQMaxBlocks = 4;
 // The AVX2 tile for `rows` rows and `blocks` blocks of 8 columns.
 using QTileFn = void (*)(const QTile&);
-QTileFn avx2_qtile(QuantFormat format, int rows, int blocks);
+QTileFn avx2_qtile(QuantScheme scheme, int rows, int blocks);
 
 }  // namespace detail
 }  // namespace nanovllm::cpu

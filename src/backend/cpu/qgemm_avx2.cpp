@@ -39,7 +39,9 @@ inline void store(float* out, __m256 v, const uint16_t* bias, int n) {
   for (int i = 0; i < n; ++i) out[i] = tmp[i] + (bias ? bf16_to_f32(bias[i]) : 0.0f);
 }
 
-template <int R, int NB, bool I4>
+// I4: int4 codes with scale and zero per group; else int8 codes, with a scale per group
+// (GROUPED) or per row.
+template <int R, int NB, bool I4, bool GROUPED>
 void qtile(const QTile& t) {
   const QuantLayout& l = *t.layout;
   const uint8_t* w[NB];
@@ -49,7 +51,7 @@ void qtile(const QTile& t) {
     for (int b = 0; b < NB; ++b) accf[r][b] = _mm256_setzero_ps();
   }
   [[maybe_unused]] __m256 wscale[NB];
-  if constexpr (!I4) {
+  if constexpr (!GROUPED) {
     for (int b = 0; b < NB; ++b) {
       wscale[b] = _mm256_load_ps(reinterpret_cast<const float*>(w[b]));
       w[b] += 32;
@@ -59,11 +61,16 @@ void qtile(const QTile& t) {
   for (int64_t g = 0; g < l.groups; ++g) {
     const int64_t pairs = l.group_len(g) / 2;
     const int16_t* xg = t.x + g * l.kg;
-    [[maybe_unused]] __m256 scale[NB], min[NB];
+    [[maybe_unused]] __m256 scale[NB], zero[NB];
     if constexpr (I4) {
       for (int b = 0; b < NB; ++b) {
         scale[b] = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(w[b])));
-        min[b] = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(w[b] + 16)));
+        zero[b] = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(w[b] + 16)));
+        w[b] += 32;
+      }
+    } else if constexpr (GROUPED) {
+      for (int b = 0; b < NB; ++b) {
+        scale[b] = _mm256_load_ps(reinterpret_cast<const float*>(w[b]));
         w[b] += 32;
       }
     }
@@ -110,9 +117,10 @@ void qtile(const QTile& t) {
       if constexpr (I4) xs = _mm256_set1_ps(t.xsum[r * l.groups + g]);
       for (int b = 0; b < NB; ++b) {
         const __m256 s = _mm256_cvtepi32_ps(acc[r][b]);
-        if constexpr (I4) {
+        if constexpr (I4) {  // scale * (sum q x - zero * sum x)
+          accf[r][b] = _mm256_fmadd_ps(_mm256_fnmadd_ps(zero[b], xs, s), scale[b], accf[r][b]);
+        } else if constexpr (GROUPED) {
           accf[r][b] = _mm256_fmadd_ps(s, scale[b], accf[r][b]);
-          accf[r][b] = _mm256_fmadd_ps(min[b], xs, accf[r][b]);
         } else {
           accf[r][b] = _mm256_add_ps(accf[r][b], s);
         }
@@ -125,7 +133,7 @@ void qtile(const QTile& t) {
       const int n = t.ncols - b * 8;
       if (n <= 0) break;
       __m256 v = _mm256_mul_ps(accf[r][b], xs);
-      if constexpr (!I4) v = _mm256_mul_ps(v, wscale[b]);
+      if constexpr (!GROUPED) v = _mm256_mul_ps(v, wscale[b]);
       store(t.out + r * t.ldo + b * 8, v, t.bias ? t.bias + b * 8 : nullptr, n < 8 ? n : 8);
     }
   }
@@ -133,20 +141,24 @@ void qtile(const QTile& t) {
 
 #pragma GCC pop_options
 
-template <bool I4, size_t... I>
+template <bool I4, bool GROUPED, size_t... I>
 constexpr std::array<QTileFn, sizeof...(I)> table(std::index_sequence<I...>) {
-  return {&qtile<int(I / kQMaxBlocks) + 1, int(I % kQMaxBlocks) + 1, I4>...};
+  return {&qtile<int(I / kQMaxBlocks) + 1, int(I % kQMaxBlocks) + 1, I4, GROUPED>...};
 }
 
-constexpr auto kInt8Tiles = table<false>(std::make_index_sequence<kQMaxRows * kQMaxBlocks>());
-constexpr auto kInt4Tiles = table<true>(std::make_index_sequence<kQMaxRows * kQMaxBlocks>());
+constexpr auto kTiles = std::make_index_sequence<kQMaxRows * kQMaxBlocks>();
+constexpr auto kInt8RowTiles = table<false, false>(kTiles);
+constexpr auto kInt8GroupTiles = table<false, true>(kTiles);
+constexpr auto kInt4Tiles = table<true, true>(kTiles);
 
 }  // namespace
 
-QTileFn avx2_qtile(QuantFormat format, int rows, int blocks) {
+QTileFn avx2_qtile(QuantScheme scheme, int rows, int blocks) {
   NV_CHECK(rows >= 1 && rows <= kQMaxRows && blocks >= 1 && blocks <= kQMaxBlocks,
            "qtile {} x {}", rows, blocks);
-  const auto& t = format == QuantFormat::Int4 ? kInt4Tiles : kInt8Tiles;
+  const auto& t = scheme.format == QuantFormat::Int4 ? kInt4Tiles
+                  : scheme.group                     ? kInt8GroupTiles
+                                                     : kInt8RowTiles;
   return t[size_t((rows - 1) * kQMaxBlocks + blocks - 1)];
 }
 
