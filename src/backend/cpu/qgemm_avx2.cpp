@@ -15,6 +15,13 @@
 namespace nanovllm::cpu::detail {
 namespace {
 
+// Software prefetch: each step touches the same place of the blocks kTilesAhead tiles on (the
+// next tiles' blocks follow these in memory), so a thread's weight stream is requested two tiles
+// before it is read. Measured on a Zen 3 at M = 1, 2 threads, 80 MiB of 3072 x 1024 weights:
+// int4 23.7 -> 31.2 GB/s, int8 27.2 -> 33.4 (1 and 3 tiles ahead within 2%; a fixed 256-2048
+// bytes ahead within each block, 1.0-1.15x: a 1-row tile's blocks are only K / 2 bytes long).
+constexpr int kTilesAhead = 2;
+
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")
 
@@ -58,6 +65,7 @@ void qtile(const QTile& t) {
     }
   }
   const __m256i nibble = _mm256_set1_epi16(0x000f);
+  const size_t ahead = size_t(kTilesAhead) * NB * l.block_bytes;
   for (int64_t g = 0; g < l.groups; ++g) {
     const int64_t pairs = l.group_len(g) / 2;
     const int16_t* xg = t.x + g * l.kg;
@@ -81,6 +89,7 @@ void qtile(const QTile& t) {
     if constexpr (!I4) {
       for (int64_t p = 0; p < pairs; p += 2) {
         for (int b = 0; b < NB; ++b) {
+          _mm_prefetch(reinterpret_cast<const char*>(w[b] + p * 16 + ahead), _MM_HINT_T0);
           const __m256i raw = _mm256_load_si256(reinterpret_cast<const __m256i*>(w[b] + p * 16));
           const __m256i q0 = _mm256_srai_epi16(_mm256_slli_epi16(raw, 8), 8);
           const __m256i q1 = _mm256_srai_epi16(raw, 8);
@@ -95,6 +104,7 @@ void qtile(const QTile& t) {
     } else {
       for (int64_t p = 0; p < pairs; p += 4) {
         for (int b = 0; b < NB; ++b) {
+          _mm_prefetch(reinterpret_cast<const char*>(w[b] + p * 8 + ahead), _MM_HINT_T0);
           const __m256i raw = _mm256_load_si256(reinterpret_cast<const __m256i*>(w[b] + p * 8));
           const __m256i q0 = _mm256_and_si256(raw, nibble);
           const __m256i q1 = _mm256_and_si256(_mm256_srli_epi16(raw, 4), nibble);
