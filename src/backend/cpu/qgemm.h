@@ -1,6 +1,6 @@
 #pragma once
 // The CPU GEMM of quantized weights (runtime/quant.h): out[M, N] = x[M, K] @ w[N, K]^T (+ bias)
-// with w int8 (per output row) or int4 (groups along K), x f32.
+// with w int8 (a scale per output row or per group along K) or int4 (groups along K), x f32.
 //
 // x is quantized per row to int16 (symmetric, scale max|x| / 16383: 15 bits, far finer than the
 // bf16 the float GEMM rounds x to), so the dot products run on integers: vpmaddwd multiplies 16
@@ -18,10 +18,10 @@
 //           int4: f16 scale[8], f16 zero[8].
 //   int8: per two k pairs p, p + 1: 32 bytes, 16-bit lane 2c + e holding pair p's (c, e) code
 //         in its low byte and pair p + 1's in its high byte.
-//   int4: per four k pairs p..p+3: 32 bytes, 16-bit
-//         lane 2c + e holding pair p + i's (c, e) code in bits 4i..4i+3, so that a mask and
-//         three shifts give the four pairs' int16 codes in place (no widening shuffles).
-// Padding (columns past n, k past K) is code 0 with scale and min 0.
+//   int4: per four k pairs p..p+3: 32 bytes, 16-bit lane 2c + e holding pair p + i's (c, e)
+//         code in bits 4i..4i+3, so that masks and three shifts give the four pairs' int16
+//         codes in place (no widening shuffles).
+// Padding (columns past n, k past K) is code 0 with scale and zero 0.
 #include <cstddef>
 #include <cstdint>
 

@@ -1,8 +1,9 @@
-// AVX2 tiles of the quantized GEMM (qgemm.h). Per k pair, each block's 16 weight codes are
-// widened to int16 once (shifts and a mask of 16-bit lanes, no lane-crossing shuffles) and meet
-// every row of the tile through vpmaddwd against the row's broadcast pair of int16 x codes:
-// 8 int32 sums of 2 products per instruction. Each group ends in f32: int4 adds
-// scale * sum + min * sum(x codes), int8 adds the sum (its per-row scale comes at the end).
+// AVX2 tiles of the quantized GEMM (qgemm.h). Per step, each block's weight codes are widened
+// to int16 in place (shifts and masks of 16-bit lanes, no lane-crossing shuffles) and meet every
+// row of the tile through vpmaddwd against the row's broadcast pair of int16 x codes: 8 int32
+// sums of 2 products per instruction. Each group ends in f32: int4 adds
+// scale * (sum - zero * sum of x codes), grouped int8 scale * sum, per-row int8 the sum (its
+// scale comes at the end).
 #include <immintrin.h>
 
 #include <array>
