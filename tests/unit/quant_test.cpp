@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -176,6 +177,29 @@ TEST(Quant, NonFiniteWeightIsAnErrorNamingTheTensor) {
       EXPECT_NE(std::string(e.what()).find("mlp.up_proj.weight"), std::string::npos) << e.what();
       EXPECT_NE(std::string(e.what()).find("[1, 5]"), std::string::npos) << e.what();
     }
+  }
+}
+
+// A weight large enough to quantize on several threads names its first bad value, and gives
+// the codes one thread gives.
+TEST(Quant, LargeWeightsMatchRowByRowAndNameTheFirstBadValue) {
+  const int64_t n = 1024, k = 1024;
+  std::vector<uint16_t> w = random_bf16(n, k, 5);
+  for (QuantScheme s : {QuantScheme{QuantFormat::Int8, 0}, QuantScheme{QuantFormat::Int4, 64}}) {
+    QuantizedWeight whole = quantize_rtn(w.data(), n, k, s, "w");
+    for (int64_t j : {int64_t(0), int64_t(511), int64_t(1023)}) {
+      QuantizedWeight one = quantize_rtn(w.data() + j * k, 1, k, s, "w");
+      ASSERT_TRUE(std::equal(one.q.begin(), one.q.end(), whole.q.begin() + j * k)) << j;
+      ASSERT_TRUE(std::equal(one.scale.begin(), one.scale.end(), whole.scale.begin() + j * one.groups()));
+    }
+  }
+  w[size_t(700 * k + 3)] = f32_to_bf16(std::numeric_limits<float>::infinity());
+  w[size_t(100 * k + 5)] = f32_to_bf16(std::numeric_limits<float>::quiet_NaN());
+  try {
+    quantize_rtn(w.data(), n, k, {QuantFormat::Int4, 64}, "big.weight");
+    ADD_FAILURE() << "non-finite values accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("big.weight: value nan at [100, 5]"), std::string::npos) << e.what();
   }
 }
 
