@@ -23,13 +23,9 @@ nanovllm="${NANOVLLM:-$repo/build/release/nanovllm}"
 gguf="${GGUF:-$model_dir/llama_cpp-bf16.gguf}"
 threads="${THREADS:-2}"
 min_agree="${MIN_AGREE:-4}"
-python="${PYTHON:-}"
-if [ -z "$python" ]; then
-  for p in python3 /usr/bin/python3; do
-    if command -v "$p" >/dev/null && "$p" -c 'import numpy' 2>/dev/null; then python="$p"; break; fi
-  done
-fi
-[ -n "$python" ] || die "no python3 with numpy found: apt-get install python3-numpy (or set PYTHON)"
+# shellcheck source=scripts/llama_cpp/common.sh
+. "$here/common.sh"
+find_python
 for b in "$nanovllm" "$llama_dir/build/bin/llama-simple" "$llama_dir/build/bin/llama-tokenize"; do
   [ -x "$b" ] || die "$b is missing: build it (docs/llama_cpp.md)"
 done

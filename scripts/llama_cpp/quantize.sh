@@ -34,27 +34,11 @@ for f in config.json tokenizer.json; do
 done
 ls "$model_dir"/*.safetensors >/dev/null 2>&1 || die "$model_dir has no .safetensors file"
 
-# The bf16 GGUF: converted once, again when the weights, config, tokenizer or converter are newer.
+# The bf16 GGUF (common.sh: converted once, again when its sources are newer).
+# shellcheck source=scripts/llama_cpp/common.sh
+. "$here/common.sh"
 bf16="$model_dir/llama_cpp-bf16.gguf"
-stale=0
-[ -f "$bf16" ] || stale=1
-for f in "$model_dir"/*.safetensors "$model_dir/config.json" "$model_dir/tokenizer.json" \
-         "$here/hf_to_gguf_bf16.py"; do
-  if [ "$f" -nt "$bf16" ]; then stale=1; fi
-done
-if [ "$stale" = 1 ]; then
-  python="${PYTHON:-}"
-  if [ -z "$python" ]; then
-    for p in python3 /usr/bin/python3; do
-      if command -v "$p" >/dev/null && "$p" -c 'import numpy' 2>/dev/null; then python="$p"; break; fi
-    done
-  fi
-  [ -n "$python" ] || die "no python3 with numpy found: apt-get install python3-numpy (or set PYTHON)"
-  echo "converting $model_dir -> $bf16"
-  "$python" "$here/hf_to_gguf_bf16.py" --llama-cpp "$llama_dir" "$model_dir" "$bf16"
-else
-  echo "using cached $bf16"
-fi
+bf16_gguf "$llama_dir" "$model_dir" "$bf16"
 
 for type in "$@"; do
   type="${type,,}"

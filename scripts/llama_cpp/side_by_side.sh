@@ -47,28 +47,10 @@ for f in config.json tokenizer.json; do
 done
 ls "$model_dir"/*.safetensors >/dev/null 2>&1 || die "$model_dir has no .safetensors file"
 
-# A python3 with numpy (Debian's python3-numpy lives in /usr/bin/python3; a pyenv may shadow it).
-python="${PYTHON:-}"
-if [ -z "$python" ]; then
-  for p in python3 /usr/bin/python3; do
-    if command -v "$p" >/dev/null && "$p" -c 'import numpy' 2>/dev/null; then python="$p"; break; fi
-  done
-fi
-[ -n "$python" ] || die "no python3 with numpy found: apt-get install python3-numpy (or set PYTHON)"
-
-# Convert once; again when the weights, config, tokenizer or the converter are newer than the GGUF.
-stale=0
-[ -f "$gguf" ] || stale=1
-for f in "$model_dir"/*.safetensors "$model_dir/config.json" "$model_dir/tokenizer.json" \
-         "$here/hf_to_gguf_bf16.py"; do
-  if [ "$f" -nt "$gguf" ]; then stale=1; fi
-done
-if [ "$stale" = 1 ]; then
-  echo "converting $model_dir -> $gguf"
-  "$python" "$here/hf_to_gguf_bf16.py" --llama-cpp "$llama_dir" "$model_dir" "$gguf"
-else
-  echo "using cached $gguf"
-fi
+# shellcheck source=scripts/llama_cpp/common.sh
+. "$here/common.sh"
+find_python
+bf16_gguf "$llama_dir" "$model_dir" "$gguf"
 
 results="$out_dir/results.tsv"  # engine <tab> figure <tab> tok/s
 : > "$results"

@@ -91,12 +91,7 @@ QuantizedWeight read_fp8(const Checkpoint& ckpt, const CheckpointQuantization& c
       fail("{}: tensor '{}' holds {} at [{}, {}]; block scales must be finite and >= 0",
            ckpt.file_of(sname), sname, sinv[i], int64_t(i) / sk, int64_t(i) % sk);
   }
-  QuantizedWeight out;
-  out.scheme = {QuantFormat::Int8, bk};
-  out.n = n;
-  out.k = k;
-  out.q.resize(static_cast<size_t>(n * k));
-  out.scale.resize(static_cast<size_t>(n * sk));
+  QuantizedWeight out = QuantizedWeight::sized({QuantFormat::Int8, bk}, n, k);  // sk groups
   std::vector<float> v(static_cast<size_t>(bk));
   for (int64_t j = 0; j < n; ++j) {
     for (int64_t g = 0; g < sk; ++g) {
@@ -132,13 +127,7 @@ QuantizedWeight read_awq(const Checkpoint& ckpt, const CheckpointQuantization& c
   const std::vector<int32_t> qzeros = int32s(tensor(ckpt, module + ".qzeros", {groups, words}, {DType::I32}));
   const std::vector<float> scales =
       floats(tensor(ckpt, module + ".scales", {groups, n}, {DType::F16, DType::BF16, DType::F32}));
-  QuantizedWeight out;
-  out.scheme = {QuantFormat::Int4, G};
-  out.n = n;
-  out.k = k;
-  out.q.resize(static_cast<size_t>(n * k));
-  out.scale.resize(static_cast<size_t>(n * groups));
-  out.zero.resize(static_cast<size_t>(n * groups));
+  QuantizedWeight out = QuantizedWeight::sized({QuantFormat::Int4, G}, n, k);
   for (int64_t i = 0; i < k; ++i) {  // qweight [k, n/8]: the transposed weight
     for (int64_t c = 0; c < words; ++c) {
       const uint32_t word = uint32_t(qweight[size_t(i * words + c)]);
@@ -195,14 +184,10 @@ QuantizedWeight read_gptq(const Checkpoint& ckpt, const CheckpointQuantization& 
       }
     }
   }
-  QuantizedWeight out;
-  out.scheme = bits == 4 ? QuantScheme{QuantFormat::Int4, G}
-                         : QuantScheme{QuantFormat::Int8, cq.group_size};  // int8 -1: per row
-  out.n = n;
-  out.k = k;
-  out.q.resize(static_cast<size_t>(n * k));
-  out.scale.resize(static_cast<size_t>(n * groups));
-  if (bits == 4) out.zero.resize(static_cast<size_t>(n * groups));
+  QuantizedWeight out = QuantizedWeight::sized(
+      bits == 4 ? QuantScheme{QuantFormat::Int4, G}
+                : QuantScheme{QuantFormat::Int8, cq.group_size},  // int8 -1: per row
+      n, k);
   for (int64_t g = 0; g < groups; ++g) {
     for (int64_t j = 0; j < n; ++j) {
       out.scale[size_t(j * groups + g)] = scales[size_t(g * n + j)];

@@ -42,6 +42,17 @@ int64_t QuantizedWeight::groups() const { return scheme.group ? (k + scheme.grou
 
 int64_t QuantizedWeight::group_size() const { return scheme.group ? scheme.group : k; }
 
+QuantizedWeight QuantizedWeight::sized(QuantScheme scheme, int64_t n, int64_t k) {
+  QuantizedWeight w;
+  w.scheme = scheme;
+  w.n = n;
+  w.k = k;
+  w.q.resize(size_t(n * k));
+  w.scale.resize(size_t(n * w.groups()));
+  if (scheme.format == QuantFormat::Int4) w.zero.resize(size_t(n * w.groups()));
+  return w;
+}
+
 float QuantizedWeight::dequantize(int64_t j, int64_t i) const {
   const int64_t g = j * groups() + i / group_size();
   const float code = float(q[size_t(j * k + i)]);
@@ -93,14 +104,8 @@ QuantizedWeight quantize_rtn(const uint16_t* w, int64_t n, int64_t k, QuantSchem
   NV_CHECK(scheme.enabled() && n >= 0 && k > 0 && scheme.group % 8 == 0 &&
                (scheme.group > 0 || scheme.format == QuantFormat::Int8),
            "quantize_rtn of [{}, {}] in {}", n, k, quantization_name(scheme));
-  QuantizedWeight out;
-  out.scheme = scheme;
-  out.n = n;
-  out.k = k;
+  QuantizedWeight out = QuantizedWeight::sized(scheme, n, k);
   const int64_t groups = out.groups(), gs = out.group_size();
-  out.q.resize(size_t(n * k));
-  out.scale.resize(size_t(n * groups));
-  if (scheme.format == QuantFormat::Int4) out.zero.resize(size_t(n * groups));
   // Rows [j0, j1), each independent of the others.
   auto quantize_rows = [&](int64_t j0, int64_t j1) {
     std::vector<float> row(static_cast<size_t>(k));

@@ -42,6 +42,8 @@ struct QuantizedWeight {
   int64_t groups() const;      // group 0: 1; else ceil(k / group)
   int64_t group_size() const;  // group 0: k; else group
   float dequantize(int64_t j, int64_t i) const;
+  // A [n, k] weight of the scheme with every code, scale and zero 0, for a loader to fill in.
+  static QuantizedWeight sized(QuantScheme scheme, int64_t n, int64_t k);
 };
 
 // Error naming `what` when w breaks the form above: sizes, code ranges, int4 scale / zero not

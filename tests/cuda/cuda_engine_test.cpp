@@ -9,7 +9,7 @@
 #include <cstdio>
 #include <random>
 
-#include "cuda/reference_tokens.h"
+#include "reference/reference_tokens.h"
 #include "engine/llm_engine.h"
 #include "model/model_fixture.h"
 #include "nanovllm/llm.h"
@@ -20,18 +20,6 @@ namespace nanovllm {
 namespace {
 
 using Prompts = std::vector<std::vector<int32_t>>;
-
-Prompts random_prompts(int n, int vocab, int min_len, int max_len, uint32_t seed) {
-  std::mt19937 rng(seed);
-  Prompts prompts;
-  for (int i = 0; i < n; ++i) {
-    const int len = std::uniform_int_distribution<int>(min_len, max_len)(rng);
-    std::vector<int32_t> p(static_cast<size_t>(len));
-    for (int32_t& t : p) t = std::uniform_int_distribution<int32_t>(0, vocab - 1)(rng);
-    prompts.push_back(p);
-  }
-  return prompts;
-}
 
 Config cuda_config(const std::string& model) {
   Config c = test::tiny_config(model);
@@ -63,7 +51,7 @@ SamplingParams greedy_params(int max_tokens) {
 
 // Four 40-token prompts sharing a 32-token prefix (two 16-token blocks), then `more`.
 Prompts shared_prefix_prompts(int vocab, const Prompts& more) {
-  Prompts prompts = random_prompts(4, vocab, 40, 40, 3);
+  Prompts prompts = test::random_prompts(4, vocab, 40, 40, 3);
   for (size_t i = 1; i < prompts.size(); ++i)
     std::copy(prompts[0].begin(), prompts[0].begin() + 32, prompts[i].begin());
   prompts.insert(prompts.end(), more.begin(), more.end());
@@ -79,7 +67,7 @@ TEST_P(CudaEngine, LastTokenLogitsNearReference) {
   ref::ReferenceModel reference(model);
   LLMEngine engine(cuda_config(model));
   EXPECT_NE(engine.backend().describe().find("cuda"), std::string::npos);
-  for (const auto& prompt : random_prompts(4, reference.config().vocab_size, 1, 40, 7)) {
+  for (const auto& prompt : test::random_prompts(4, reference.config().vocab_size, 1, 40, 7)) {
     const double err =
         test::relative_error(test::prefill_logits(engine, prompt), reference.last_logits(prompt));
     EXPECT_LT(err, 3e-2) << "prompt of " << prompt.size() << " tokens";
@@ -91,7 +79,7 @@ TEST_P(CudaEngine, LastTokenLogitsNearReference) {
 TEST_P(CudaEngine, GreedyTokensMatchReference) {
   const std::string model = test::tiny_model(GetParam());
   ref::ReferenceModel reference(model, ref::Precision::kBf16Storage);
-  const Prompts prompts = random_prompts(12, reference.config().vocab_size, 1, 48, 11);
+  const Prompts prompts = test::random_prompts(12, reference.config().vocab_size, 1, 48, 11);
   // Random weights tie often: every divergence must be at a reference near-tie (the real check);
   // how many prompts run 32 tokens without meeting one varies by machine (tiny-qwen2 under the
   // emulator: 8 of 12 where it was first measured, 5 of 12 on a 2-core Zen 3, every divergence at
@@ -106,7 +94,7 @@ TEST_P(CudaEngine, GreedyTokensMatchReference) {
 TEST_P(CudaEngine, PromptLogprobsNearReference) {
   const std::string model = test::tiny_model(GetParam());
   ref::ReferenceModel reference(model, ref::Precision::kBf16Storage);
-  const Prompts prompts = random_prompts(4, reference.config().vocab_size, 2, 40, 5);
+  const Prompts prompts = test::random_prompts(4, reference.config().vocab_size, 2, 40, 5);
   Config chunked = cuda_config(model);
   chunked.max_num_batched_tokens = 16;
   for (const Config& c : {cuda_config(model), chunked}) {
@@ -122,7 +110,7 @@ TEST_P(CudaEngine, PromptLogprobsNearReference) {
 // bucket compute every real row exactly as the eager step does).
 TEST_P(CudaEngine, GraphsOnEqualsOff) {
   const std::string model = test::tiny_model(GetParam());
-  const Prompts prompts = random_prompts(11, test::vocab_size(model), 1, 40, 5);
+  const Prompts prompts = test::random_prompts(11, test::vocab_size(model), 1, 40, 5);
   Config eager = cuda_config(model), graphs = eager;
   eager.enforce_eager = true;
   graphs.enforce_eager = false;
@@ -140,7 +128,7 @@ TEST_P(CudaEngine, PrefixCachePreemptionChunkedPrefill) {
   const std::string model = test::tiny_model(GetParam());
   ref::ReferenceModel reference(model, ref::Precision::kBf16Storage);
   const Prompts prompts = shared_prefix_prompts(
-      reference.config().vocab_size, random_prompts(6, reference.config().vocab_size, 50, 90, 4));
+      reference.config().vocab_size, test::random_prompts(6, reference.config().vocab_size, 50, 90, 4));
   const Config base = cuda_config(model);
   Config off = base, small = base, chunked = base;
   off.enable_prefix_caching = false;
@@ -171,7 +159,7 @@ TEST_P(CudaEngine, Fp8KvMatchesFp8ReferenceWithEveryFeature) {
   const std::string model = test::tiny_model(GetParam());
   ref::ReferenceModel reference(model, ref::Precision::kBf16StorageFp8Kv);
   const Prompts prompts = shared_prefix_prompts(
-      reference.config().vocab_size, random_prompts(8, reference.config().vocab_size, 1, 90, 4));
+      reference.config().vocab_size, test::random_prompts(8, reference.config().vocab_size, 1, 90, 4));
   const Config base = fp8(cuda_config(model));
   Config eager = base, off = base, small = base, chunked = base;
   eager.enforce_eager = true;
@@ -197,7 +185,7 @@ TEST_P(CudaEngine, Fp8KvMatchesFp8ReferenceWithEveryFeature) {
 // (tokens before each sequence's first difference), printed and bounded as the CPU test does;
 // and the same bytes hold twice the blocks.
 void expect_fp8_near_bf16(const std::string& model, const Config& base, const char* name) {
-  const Prompts prompts = random_prompts(6, test::vocab_size(model), 20, 60, 321);
+  const Prompts prompts = test::random_prompts(6, test::vocab_size(model), 20, 60, 321);
   const double agreement = test::leading_agreement(generate(fp8(base), prompts, greedy_params(24)),
                                                    generate(base, prompts, greedy_params(24)));
   LLMEngine bf16_engine(base), fp8_engine(fp8(base));

@@ -11,7 +11,7 @@
 
 #include <random>
 
-#include "cuda/reference_tokens.h"
+#include "reference/reference_tokens.h"
 #include "distributed/nccl_communicator.h"
 #include "engine/llm_engine.h"
 #include "model/model_fixture.h"

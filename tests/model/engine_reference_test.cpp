@@ -14,19 +14,6 @@
 namespace nanovllm {
 namespace {
 
-std::vector<std::vector<int32_t>> random_prompts(int n, int vocab, int min_len, int max_len,
-                                                 uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<std::vector<int32_t>> prompts;
-  for (int i = 0; i < n; ++i) {
-    int len = std::uniform_int_distribution<int>(min_len, max_len)(rng);
-    std::vector<int32_t> p(static_cast<size_t>(len));
-    for (int32_t& t : p) t = std::uniform_int_distribution<int32_t>(0, vocab - 1)(rng);
-    prompts.push_back(p);
-  }
-  return prompts;
-}
-
 class EngineReference : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(EngineReference, LastTokenLogitsWithinOnePercent) {
@@ -34,7 +21,7 @@ TEST_P(EngineReference, LastTokenLogitsWithinOnePercent) {
   ref::ReferenceModel reference(model);
   ref::ReferenceModel bf16_reference(model, ref::Precision::kBf16Storage);
   LLMEngine engine(test::tiny_config(model));
-  auto prompts = random_prompts(4, reference.config().vocab_size, 1, 40, 7);
+  auto prompts = test::random_prompts(4, reference.config().vocab_size, 1, 40, 7);
   for (const auto& prompt : prompts) {
     std::vector<float> got = test::prefill_logits(engine, prompt);
     const double err = test::relative_error(got, reference.last_logits(prompt));
@@ -57,7 +44,7 @@ TEST_P(EngineReference, GreedyTokensIdenticalBatched) {
   std::string model = test::tiny_model(GetParam());
   ref::ReferenceModel reference(model, ref::Precision::kBf16Storage);
   LLM llm(test::tiny_config(model));
-  auto prompts = random_prompts(12, reference.config().vocab_size, 1, 48, 11);
+  auto prompts = test::random_prompts(12, reference.config().vocab_size, 1, 48, 11);
   SamplingParams sp;
   sp.temperature = 0.0f;
   sp.max_tokens = 32;

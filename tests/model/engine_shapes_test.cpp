@@ -55,17 +55,6 @@ std::string shape_model(const Shape& s) {
   return dir.string();
 }
 
-std::vector<std::vector<int32_t>> random_prompts(int n, int vocab, int min_len, int max_len, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<std::vector<int32_t>> prompts;
-  for (int i = 0; i < n; ++i) {
-    std::vector<int32_t> p(size_t(std::uniform_int_distribution<int>(min_len, max_len)(rng)));
-    for (int32_t& t : p) t = std::uniform_int_distribution<int32_t>(0, vocab - 1)(rng);
-    prompts.push_back(p);
-  }
-  return prompts;
-}
-
 Config shape_config(const std::string& model) {
   Config c = test::tiny_config(model);
   c.kv_cache_memory = 96 * test::kv_block_bytes(model, c.block_size);
@@ -100,7 +89,7 @@ TEST_P(EngineShapes, PrefillAndDecodeLogitsMatchReference) {
   ref::ReferenceModel reference(model);
   ref::ReferenceModel bf16_reference(model, ref::Precision::kBf16Storage);
   LLMEngine engine(shape_config(model));
-  for (const auto& prompt : random_prompts(3, reference.config().vocab_size, 2, 60, 3)) {
+  for (const auto& prompt : test::random_prompts(3, reference.config().vocab_size, 2, 60, 3)) {
     const std::vector<float> got = test::prefill_logits(engine, prompt);
     EXPECT_LT(test::relative_error(got, reference.last_logits(prompt)), 1e-2) << prompt.size();
     EXPECT_LT(test::relative_error(got, bf16_reference.last_logits(prompt)), kBf16Tolerance) << prompt.size();
@@ -108,7 +97,7 @@ TEST_P(EngineShapes, PrefillAndDecodeLogitsMatchReference) {
   }
   // Decode: greedy token by token; each decode step's logits (for the text so far, its last
   // token fed by that step) against the bf16-storage reference on the full text.
-  std::vector<int32_t> text = random_prompts(1, reference.config().vocab_size, 20, 20, 9)[0];
+  std::vector<int32_t> text = test::random_prompts(1, reference.config().vocab_size, 20, 20, 9)[0];
   SamplingParams sp;
   sp.temperature = 0.0f;
   sp.max_tokens = 6;
@@ -140,7 +129,7 @@ TEST_P(EngineShapes, GreedyTokensIdenticalBatched) {
   const std::string model = shape_model(s);
   ref::ReferenceModel reference(model, ref::Precision::kBf16Storage);
   LLMEngine engine(shape_config(model));
-  const auto prompts = random_prompts(6, reference.config().vocab_size, 1, 40, 11);
+  const auto prompts = test::random_prompts(6, reference.config().vocab_size, 1, 40, 11);
   constexpr int kTokens = 16;
   SamplingParams sp;
   sp.temperature = 0.0f;
@@ -186,7 +175,7 @@ TEST_P(EngineShapes, Avx512AndAvx2KernelsAgree) {
     sp.temperature = 0.0f;
     sp.max_tokens = 5;
     sp.ignore_eos = true;
-    engine.add_request(random_prompts(1, test::vocab_size(model), 30, 30, 21)[0], sp);
+    engine.add_request(test::random_prompts(1, test::vocab_size(model), 30, 30, 21)[0], sp);
     std::vector<std::vector<float>> logits;
     while (!engine.is_finished()) {
       engine.step();

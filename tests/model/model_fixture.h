@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -14,6 +15,7 @@
 #include "model/hf_config.h"
 #include "model/make_model.h"
 #include "nanovllm/config.h"
+#include "nanovllm/llm.h"
 
 namespace nanovllm::test {
 
@@ -119,6 +121,38 @@ inline std::vector<float> prefill_logits(LLMEngine& engine, const std::vector<in
   engine.backend().download(v.data(), logits);
   while (!engine.is_finished()) engine.step();
   return v;
+}
+
+// n prompts of uniform random lengths in [min_len, max_len] and ids in [0, vocab), from seed.
+inline std::vector<std::vector<int32_t>> random_prompts(int n, int vocab, int min_len, int max_len,
+                                                        uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < n; ++i) {
+    const int len = std::uniform_int_distribution<int>(min_len, max_len)(rng);
+    std::vector<int32_t> p(static_cast<size_t>(len));
+    for (int32_t& t : p) t = std::uniform_int_distribution<int32_t>(0, vocab - 1)(rng);
+    prompts.push_back(p);
+  }
+  return prompts;
+}
+
+// Greedy ids of max_tokens tokens per prompt (ignore_eos) from a fresh LLM of `config`; each
+// request must end by length.
+inline std::vector<std::vector<int32_t>> greedy_ids(const Config& config,
+                                                    const std::vector<std::vector<int32_t>>& prompts,
+                                                    int max_tokens) {
+  LLM llm(config);
+  SamplingParams sp;
+  sp.temperature = 0.0f;
+  sp.max_tokens = max_tokens;
+  sp.ignore_eos = true;
+  std::vector<std::vector<int32_t>> ids;
+  for (const GenerationOutput& o : llm.generate(prompts, {sp})) {
+    EXPECT_EQ(o.finish_reason, "length") << o.error;
+    ids.push_back(o.token_ids);
+  }
+  return ids;
 }
 
 // max |got - want| / max |want|.

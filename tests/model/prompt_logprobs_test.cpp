@@ -16,17 +16,6 @@
 namespace nanovllm {
 namespace {
 
-std::vector<std::vector<int32_t>> random_prompts(int n, int vocab, int min_len, int max_len, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<std::vector<int32_t>> prompts;
-  for (int i = 0; i < n; ++i) {
-    std::vector<int32_t> p(size_t(std::uniform_int_distribution<int>(min_len, max_len)(rng)));
-    for (int32_t& t : p) t = std::uniform_int_distribution<int32_t>(0, vocab - 1)(rng);
-    prompts.push_back(p);
-  }
-  return prompts;
-}
-
 std::vector<GenerationOutput> run(const Config& config, const std::vector<std::vector<int32_t>>& prompts,
                                   int prompt_logprobs, int n = 1) {
   LLM llm(config);
@@ -44,7 +33,7 @@ class PromptLogprobs : public ::testing::TestWithParam<std::string> {};
 TEST_P(PromptLogprobs, MatchTheReferenceForward) {
   const std::string model = test::tiny_model(GetParam());
   ref::ReferenceModel reference(model, ref::Precision::kBf16Storage);
-  const auto prompts = random_prompts(6, reference.config().vocab_size, 2, 70, 3);
+  const auto prompts = test::random_prompts(6, reference.config().vocab_size, 2, 70, 3);
   const double worst = test::check_prompt_logprobs(run(test::tiny_config(model), prompts, 5), prompts, reference, 5, 1e-2);
   std::printf("%s: largest prompt logprob error / max |logit| = %.2e\n", GetParam().c_str(), worst);
 }
@@ -55,7 +44,7 @@ TEST_P(PromptLogprobs, MatchTheReferenceForward) {
 TEST_P(PromptLogprobs, TheSameWithEveryEngineFeature) {
   const std::string model = test::tiny_model(GetParam());
   ref::ReferenceModel reference(model, ref::Precision::kBf16Storage);
-  auto prompts = random_prompts(5, reference.config().vocab_size, 40, 60, 9);
+  auto prompts = test::random_prompts(5, reference.config().vocab_size, 40, 60, 9);
   prompts.push_back(prompts[0]);  // the same prompt again: its blocks are in the cache by then
   const Config base = test::tiny_config(model);
   Config chunked = base, small = base, mixed = base, prefill_first = base;

@@ -24,6 +24,7 @@
 #include "model/safetensors.h"
 #include "nanovllm/llm.h"
 #include "reference/reference_model.h"
+#include "reference/reference_tokens.h"
 
 namespace nanovllm {
 namespace {
@@ -52,32 +53,6 @@ std::string quantized_model(const std::string& preset, const std::string& format
   return dir.string();
 }
 
-Prompts random_prompts(int n, int vocab, int min_len, int max_len, uint32_t seed) {
-  std::mt19937 rng(seed);
-  Prompts prompts;
-  for (int i = 0; i < n; ++i) {
-    const int len = std::uniform_int_distribution<int>(min_len, max_len)(rng);
-    std::vector<int32_t> p(static_cast<size_t>(len));
-    for (int32_t& t : p) t = std::uniform_int_distribution<int32_t>(0, vocab - 1)(rng);
-    prompts.push_back(p);
-  }
-  return prompts;
-}
-
-Prompts greedy(const Config& config, const Prompts& prompts, int max_tokens) {
-  LLM llm(config);
-  SamplingParams sp;
-  sp.temperature = 0.0f;
-  sp.max_tokens = max_tokens;
-  sp.ignore_eos = true;
-  Prompts ids;
-  for (const GenerationOutput& o : llm.generate(prompts, {sp})) {
-    EXPECT_EQ(o.finish_reason, "length") << o.error;
-    ids.push_back(o.token_ids);
-  }
-  return ids;
-}
-
 struct Case {
   const char* preset;
   const char* format;
@@ -102,7 +77,7 @@ TEST_P(QuantizedCheckpoint, LogitsMatchTheReference) {
   const Config c = config();
   ref::ReferenceModel reference(c.model, ref::Precision::kBf16Storage);
   LLMEngine engine(c);
-  for (const auto& prompt : random_prompts(3, reference.config().vocab_size, 1, 40, 7)) {
+  for (const auto& prompt : test::random_prompts(3, reference.config().vocab_size, 1, 40, 7)) {
     const double err = test::relative_error(test::prefill_logits(engine, prompt), reference.last_logits(prompt));
     // Same weights and rounding points: ~1e-7 where no value lands on the other side of a bf16 or
     // int16-grid rounding boundary (short prompts), up to ~1.5e-3 measured where one does.
@@ -117,25 +92,10 @@ TEST_P(QuantizedCheckpoint, LogitsMatchTheReference) {
 TEST_P(QuantizedCheckpoint, GreedyMatchesTheReference) {
   const Config c = config();
   ref::ReferenceModel reference(c.model, ref::Precision::kBf16Storage);
-  const Prompts prompts = random_prompts(8, reference.config().vocab_size, 1, 32, 11);
-  const Prompts got = greedy(c, prompts, 24);
-  int identical = 0;
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    std::vector<double> gaps;
-    const std::vector<int32_t> want = reference.greedy(prompts[i], 24, &gaps);
-    ASSERT_EQ(got[i].size(), want.size());
-    size_t first = 0;
-    while (first < want.size() && got[i][first] == want[first]) ++first;
-    if (first == want.size()) {
-      ++identical;
-    } else {
-      EXPECT_LT(gaps[first], 1e-3) << "prompt " << i << " differs at step " << first
-                                   << " where the reference has no tie";
-    }
-  }
-  EXPECT_GE(identical, 6) << "of " << prompts.size() << " prompts";
-  std::printf("%s: %d of %zu prompts identical for 24 greedy tokens\n", case_name({GetParam(), 0}).c_str(),
-              identical, prompts.size());
+  const Prompts prompts = test::random_prompts(8, reference.config().vocab_size, 1, 32, 11);
+  const Prompts got = test::greedy_ids(c, prompts, 24);
+  test::expect_reference_tokens(got, prompts, reference, 24, 1e-3, 6,
+                                case_name({GetParam(), 0}).c_str());
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -156,13 +116,13 @@ TEST_P(QuantizedCheckpointTp, TwoRanksMatchOne) {
   Config one = config();
   Config two = one;
   two.tensor_parallel_size = 2;
-  const Prompts prompts = random_prompts(6, test::vocab_size(one.model), 1, 40, 5);
+  const Prompts prompts = test::random_prompts(6, test::vocab_size(one.model), 1, 40, 5);
   {
     LLMEngine e1(one), e2(two);
     const test::LogitGap gap = test::logit_gap(e2, e1, prompts);
     EXPECT_LT(gap.max_diff / gap.range, 3e-3);  // measured up to 1.7e-3
   }
-  EXPECT_GE(test::leading_agreement(greedy(two, prompts, 16), greedy(one, prompts, 16)), 0.9);
+  EXPECT_GE(test::leading_agreement(test::greedy_ids(two, prompts, 16), test::greedy_ids(one, prompts, 16)), 0.9);
 }
 
 // tiny-qwen2's intermediate 96 splits into 48 columns, which do not hold whole groups of 32.

@@ -14,37 +14,12 @@
 #include "model/model_fixture.h"
 #include "nanovllm/llm.h"
 #include "reference/reference_model.h"
+#include "reference/reference_tokens.h"
 
 namespace nanovllm {
 namespace {
 
 using Prompts = std::vector<std::vector<int32_t>>;
-
-Prompts random_prompts(int n, int vocab, int min_len, int max_len, uint32_t seed) {
-  std::mt19937 rng(seed);
-  Prompts prompts;
-  for (int i = 0; i < n; ++i) {
-    const int len = std::uniform_int_distribution<int>(min_len, max_len)(rng);
-    std::vector<int32_t> p(static_cast<size_t>(len));
-    for (int32_t& t : p) t = std::uniform_int_distribution<int32_t>(0, vocab - 1)(rng);
-    prompts.push_back(p);
-  }
-  return prompts;
-}
-
-Prompts greedy(const Config& config, const Prompts& prompts, int max_tokens) {
-  LLM llm(config);
-  SamplingParams sp;
-  sp.temperature = 0.0f;
-  sp.max_tokens = max_tokens;
-  sp.ignore_eos = true;
-  Prompts ids;
-  for (const GenerationOutput& o : llm.generate(prompts, {sp})) {
-    EXPECT_EQ(o.finish_reason, "length") << o.error;
-    ids.push_back(o.token_ids);
-  }
-  return ids;
-}
 
 struct Case {
   const char* preset;
@@ -72,7 +47,7 @@ TEST_P(QuantizedEngine, LogitsMatchTheQuantizedReference) {
   ref::ReferenceModel reference(c.model, ref::Precision::kBf16Storage, scheme());
   ref::ReferenceModel unquantized(c.model);
   LLMEngine engine(c);
-  for (const auto& prompt : random_prompts(4, reference.config().vocab_size, 1, 40, 7)) {
+  for (const auto& prompt : test::random_prompts(4, reference.config().vocab_size, 1, 40, 7)) {
     const std::vector<float> got = test::prefill_logits(engine, prompt);
     const double err = test::relative_error(got, reference.last_logits(prompt));
     const double err_fp32 = test::relative_error(got, unquantized.last_logits(prompt));
@@ -90,44 +65,29 @@ TEST_P(QuantizedEngine, LogitsMatchTheQuantizedReference) {
 TEST_P(QuantizedEngine, GreedyMatchesTheQuantizedReference) {
   const Config c = config();
   ref::ReferenceModel reference(c.model, ref::Precision::kBf16Storage, scheme());
-  const Prompts prompts = random_prompts(12, reference.config().vocab_size, 1, 48, 11);
-  const Prompts got = greedy(c, prompts, 32);
-  int identical = 0;
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    std::vector<double> gaps;
-    const std::vector<int32_t> want = reference.greedy(prompts[i], 32, &gaps);
-    ASSERT_EQ(got[i].size(), want.size());
-    size_t first = 0;
-    while (first < want.size() && got[i][first] == want[first]) ++first;
-    if (first == want.size()) {
-      ++identical;
-    } else {
-      EXPECT_LT(gaps[first], 1e-3) << "prompt " << i << " differs at step " << first
-                                   << " where the reference has no tie";
-    }
-  }
-  EXPECT_GE(identical, 8) << "of " << prompts.size() << " prompts";
-  std::printf("%s %s: %d of %zu prompts identical for 32 greedy tokens\n", GetParam().preset,
-              GetParam().quantization, identical, prompts.size());
+  const Prompts prompts = test::random_prompts(12, reference.config().vocab_size, 1, 48, 11);
+  const Prompts got = test::greedy_ids(c, prompts, 32);
+  test::expect_reference_tokens(got, prompts, reference, 32, 1e-3, 8,
+                                (GetParam().preset + std::string(" ") + GetParam().quantization).c_str());
 }
 
 // Prefix caching, chunked prefill and one-at-a-time against batched: identical greedy ids (the
 // quantized GEMM's rows do not depend on the batch).
 TEST_P(QuantizedEngine, EngineFeaturesChangeNoOutput) {
   const Config base = config();
-  Prompts prompts = random_prompts(6, test::vocab_size(base.model), 20, 60, 3);
+  Prompts prompts = test::random_prompts(6, test::vocab_size(base.model), 20, 60, 3);
   prompts.push_back(prompts[0]);  // a cached prefix
   prompts.back().push_back(5);
-  const Prompts want = greedy(base, prompts, 16);
+  const Prompts want = test::greedy_ids(base, prompts, 16);
   Config no_cache = base;
   no_cache.enable_prefix_caching = false;
-  EXPECT_EQ(greedy(no_cache, prompts, 16), want) << "prefix caching";
+  EXPECT_EQ(test::greedy_ids(no_cache, prompts, 16), want) << "prefix caching";
   Config chunked = base;
   chunked.max_num_batched_tokens = 32;
   chunked.max_model_len = 96;
-  EXPECT_EQ(greedy(chunked, prompts, 16), want) << "chunked prefill";
+  EXPECT_EQ(test::greedy_ids(chunked, prompts, 16), want) << "chunked prefill";
   for (size_t i = 0; i < prompts.size(); i += 3) {
-    EXPECT_EQ(greedy(base, {prompts[i]}, 16).front(), want[i]) << "prompt " << i << " alone";
+    EXPECT_EQ(test::greedy_ids(base, {prompts[i]}, 16).front(), want[i]) << "prompt " << i << " alone";
   }
 }
 
@@ -140,7 +100,7 @@ TEST_P(QuantizedTp, TwoRanksMatchOne) {
   Config one = config();
   Config two = one;
   two.tensor_parallel_size = 2;
-  const Prompts prompts = random_prompts(8, test::vocab_size(one.model), 1, 40, 5);
+  const Prompts prompts = test::random_prompts(8, test::vocab_size(one.model), 1, 40, 5);
   {
     LLMEngine e1(one), e2(two);
     const test::LogitGap gap = test::logit_gap(e2, e1, prompts);
@@ -148,7 +108,7 @@ TEST_P(QuantizedTp, TwoRanksMatchOne) {
     std::printf("%s %s: tp 2 vs tp 1 max logit difference / max |logit| = %.2e\n",
                 GetParam().preset, GetParam().quantization, gap.max_diff / gap.range);
   }
-  const double agree = test::leading_agreement(greedy(two, prompts, 24), greedy(one, prompts, 24));
+  const double agree = test::leading_agreement(test::greedy_ids(two, prompts, 24), test::greedy_ids(one, prompts, 24));
   EXPECT_GE(agree, 0.9);
   std::printf("%s %s: tp 2 greedy tokens equal to tp 1 before the first difference: %.1f%%\n",
               GetParam().preset, GetParam().quantization, 100 * agree);

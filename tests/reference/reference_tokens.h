@@ -1,7 +1,7 @@
 #pragma once
 // Greedy tokens against the reference forward with genuine near-ties allowed (the CUDA engine
 // computes in bf16, so a prompt may leave the reference's path only where the reference's own
-// top-2 gap is tiny). Shared by the CUDA engine and tensor-parallel tests.
+// top-2 gap is tiny). Shared by the CUDA engine, tensor-parallel and quantized-weight tests.
 #include <gtest/gtest.h>
 
 #include <cstdio>
