@@ -24,7 +24,8 @@ if [ ${#targets[@]} -eq 0 ]; then
 fi
 
 # The library sources the targets need (the parsers and what they include), built once.
-lib_sources=(src/tokenizer/*.cpp src/util/*.cpp src/model/hf_config.cpp src/model/safetensors.cpp
+lib_sources=(src/tokenizer/*.cpp src/util/*.cpp src/model/hf_config.cpp src/model/quantization_config.cpp
+             src/model/safetensors.cpp
              src/runtime/tensor.cpp src/server/openai_request.cpp src/server/json_decoder.cpp
              src/server/request_decoder.cpp)
 flags="-std=c++20 -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all -I$PWD/src -I$PWD/include $(pkg-config --cflags libpcre2-8 libutf8proc)"

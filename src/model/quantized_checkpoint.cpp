@@ -82,7 +82,7 @@ QuantizedWeight read_fp8(const Checkpoint& ckpt, const CheckpointQuantization& c
                          const std::string& module, int64_t n, int64_t k) {
   const std::string wname = module + ".weight", sname = module + ".weight_scale_inv";
   const int64_t bn = cq.block_n, bk = cq.block_k;
-  const SafetensorsTensor& w = tensor(ckpt, wname, {n, k}, {DType::F8E4M3});
+  const SafetensorsTensor w = tensor(ckpt, wname, {n, k}, {DType::F8E4M3});
   const int64_t sn = (n + bn - 1) / bn, sk = (k + bk - 1) / bk;
   const std::vector<float> sinv =
       floats(tensor(ckpt, sname, {sn, sk}, {DType::BF16, DType::F16, DType::F32}));

@@ -2,6 +2,7 @@
 // reference (tests/reference/ops_reference.h): random inputs, odd sizes, strided views,
 // NaN-poisoned outputs. Needs a GPU (label cuda); fails with a message without one.
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 
 #include "cuda/cuda_fixture.h"
@@ -171,18 +172,61 @@ TEST_F(CudaOps, RopeAndSiluAndMul) {
 }
 
 // Device sampler (greedy, temperature) and host path (top-k / top-p) against ref::sample.
+// The device sampler (greedy, the race, top-k up to its limit, top-p with and without top-k) and
+// the host's (top-k beyond that limit; top-p alone whose nucleus is wider than the device's
+// candidates, sent back as -1) pick the reference's token row by row, on rows built to reach
+// each branch: random logits, nearly flat ones (a nucleus of most of the vocabulary), values on
+// a coarse grid (ties at the top-k boundary, broken by index), a maximum of exactly 0 with a
+// -0.0 beside it, -inf and NaN entries.
 TEST_F(CudaOps, SampleMatchesReference) {
-  const int64_t B = 24, V = 1000;
-  Vec logits = test::random_vec(rng, size_t(B * V), -5.0f, 5.0f);
-  // Row 4 is greedy (temperature 0): a tie of its two largest logits goes to the lower index.
-  logits[size_t(4 * V + 17)] = logits[size_t(4 * V + 400)] = 9.0f;
-  for (bool host_path : {false, true}) {
+  const int64_t V = 3000;
+  enum Kind { kRandom, kFlat, kGrid, kSigned0 };
+  struct Row {
+    float temperature;
+    int32_t top_k;
+    float top_p;
+    Kind kind;
+  };
+  const std::vector<std::vector<Row>> batches = {
+      // Device only: nothing it could send back.
+      {{0.0f, 0, 1.0f, kRandom}, {0.7f, 0, 1.0f, kRandom}, {0.7f, 1, 1.0f, kRandom},
+       {0.7f, 20, 1.0f, kRandom}, {0.6f, 20, 0.95f, kRandom}, {1.3f, 1024, 1.0f, kRandom},
+       {1.3f, 1024, 0.9f, kRandom}, {1.0f, 50, 0.9f, kFlat}, {0.8f, 7, 1.0f, kGrid},
+       {0.8f, 300, 0.6f, kGrid}, {0.4f, 5, 0.5f, kSigned0}, {0.9f, 0, 1.0f, kSigned0},
+       {0.0f, 0, 1.0f, kSigned0}, {0.7f, int32_t(V), 1.0f, kRandom}, {0.7f, 1023, 0.99f, kFlat}},
+      // top-p alone: decided on the device where the nucleus fits its candidates, else by the
+      // host; beside rows of every other kind.
+      {{0.5f, 0, 0.8f, kRandom}, {0.6f, 0, 0.3f, kRandom}, {1.0f, 0, 0.9f, kFlat},
+       {0.8f, 0, 0.7f, kGrid}, {0.0f, 0, 0.5f, kRandom}, {0.7f, 20, 0.95f, kRandom},
+       {1.0f, 0, 0.999f, kFlat}, {0.4f, 0, 0.9f, kSigned0}},
+      // top-k beyond the device's limit: the host samples the whole batch.
+      {{1.0f, 2000, 1.0f, kRandom}, {0.7f, 20, 0.95f, kRandom}, {0.0f, 0, 1.0f, kGrid}},
+  };
+  for (size_t bi = 0; bi < batches.size(); ++bi) {
+    const std::vector<Row>& rows = batches[bi];
+    const int64_t B = int64_t(rows.size());
+    Vec logits;
     HostBatch h;
     for (int64_t b = 0; b < B; ++b) {
-      h.temperatures.push_back(b % 4 == 0 ? 0.0f : 0.3f + 0.1f * float(b % 7));
-      h.top_k.push_back(host_path && b % 2 ? 20 : 0);
-      h.top_p.push_back(host_path && b % 3 == 1 ? 0.8f : 1.0f);
-      h.seeds.push_back(uint64_t(1000 + b));
+      const Row& r = rows[size_t(b)];
+      Vec x = test::random_vec(rng, size_t(V), -5.0f, 5.0f);
+      for (float& v : x) {
+        if (r.kind == kFlat) v = 0.002f * v;
+        if (r.kind == kGrid) v = 0.5f * std::round(v);
+        if (r.kind == kSigned0) v = -std::fabs(v) - 0.25f;
+      }
+      if (r.kind == kSigned0) {
+        x[33] = -0.0f;
+        x[44] = 0.0f;
+        x[55] = -INFINITY;
+        x[66] = std::nanf("");
+      }
+      if (b == 0) x[17] = x[400] = 9.0f;  // a tie of the two largest: the lower index leads
+      logits.insert(logits.end(), x.begin(), x.end());
+      h.temperatures.push_back(r.temperature);
+      h.top_k.push_back(r.top_k);
+      h.top_p.push_back(r.top_p);
+      h.seeds.push_back(uint64_t(1000 + 37 * bi + b));
       h.sample_offsets.push_back(int64_t(7 * b));
     }
     h.cu_seqlens_q.assign(size_t(B + 1), 0);
@@ -198,13 +242,16 @@ TEST_F(CudaOps, SampleMatchesReference) {
     be->sample(out, f32(logits, {B, V}), fb);
     std::vector<int32_t> got = get_i32(out);
     for (int64_t b = 0; b < B; ++b) {
+      const Row& r = rows[size_t(b)];
       Vec row(logits.begin() + b * V, logits.begin() + (b + 1) * V);
-      EXPECT_EQ(got[size_t(b)],
-                ref::sample(row, h.temperatures[size_t(b)], h.top_k[size_t(b)], h.top_p[size_t(b)],
-                            h.seeds[size_t(b)], h.sample_offsets[size_t(b)]))
-          << "row " << b << (host_path ? " (host path)" : " (device)");
+      EXPECT_EQ(got[size_t(b)], ref::sample(row, r.temperature, r.top_k, r.top_p,
+                                            h.seeds[size_t(b)], h.sample_offsets[size_t(b)]))
+          << "batch " << bi << " row " << b << ": temperature " << r.temperature << ", top_k "
+          << r.top_k << ", top_p " << r.top_p << ", kind " << int(r.kind);
     }
-    EXPECT_EQ(got[4], 17);
+    if (rows[0].temperature == 0.0f) {
+      EXPECT_EQ(got[0], 17);
+    }
   }
 }
 

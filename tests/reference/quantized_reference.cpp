@@ -62,9 +62,9 @@ uint32_t awq_nibble(const SafetensorsTensor& t, int64_t row, int64_t col, int64_
 }
 
 Vec awq(const Checkpoint& ckpt, const std::string& m) {
-  const SafetensorsTensor& qw = get(ckpt, m + ".qweight");  // [k, n / 8]
-  const SafetensorsTensor& qz = get(ckpt, m + ".qzeros");   // [k / G, n / 8]
-  const SafetensorsTensor& sc = get(ckpt, m + ".scales");   // [k / G, n]
+  const SafetensorsTensor qw = get(ckpt, m + ".qweight");  // [k, n / 8]
+  const SafetensorsTensor qz = get(ckpt, m + ".qzeros");   // [k / G, n / 8]
+  const SafetensorsTensor sc = get(ckpt, m + ".scales");   // [k / G, n]
   const int64_t k = qw.shape[0], n = qw.shape[1] * 8, G = k / qz.shape[0];
   Vec w(static_cast<size_t>(n * k));
   for (int64_t i = 0; i < k; ++i) {
@@ -78,9 +78,9 @@ Vec awq(const Checkpoint& ckpt, const std::string& m) {
 }
 
 Vec gptq(const Checkpoint& ckpt, const std::string& m, int bits) {
-  const SafetensorsTensor& qw = get(ckpt, m + ".qweight");  // [k * bits / 32, n]
-  const SafetensorsTensor& qz = get(ckpt, m + ".qzeros");   // [groups, n * bits / 32]
-  const SafetensorsTensor& sc = get(ckpt, m + ".scales");   // [groups, n]
+  const SafetensorsTensor qw = get(ckpt, m + ".qweight");  // [k * bits / 32, n]
+  const SafetensorsTensor qz = get(ckpt, m + ".qzeros");   // [groups, n * bits / 32]
+  const SafetensorsTensor sc = get(ckpt, m + ".scales");   // [groups, n]
   const SafetensorsTensor* gi = ckpt.find(m + ".g_idx");    // [k]
   const int64_t per = 32 / bits, n = sc.shape[1], k = qw.shape[0] * per, groups = sc.shape[0];
   const uint32_t mask = (1u << bits) - 1;
@@ -98,8 +98,8 @@ Vec gptq(const Checkpoint& ckpt, const std::string& m, int bits) {
 
 // Block-wise fp8, then the engine's int8 requantization per row and group of bk along k.
 Vec fp8(const Checkpoint& ckpt, const std::string& m, int64_t bn, int64_t bk) {
-  const SafetensorsTensor& wt = get(ckpt, m + ".weight");
-  const SafetensorsTensor& si = get(ckpt, m + ".weight_scale_inv");
+  const SafetensorsTensor wt = get(ckpt, m + ".weight");
+  const SafetensorsTensor si = get(ckpt, m + ".weight_scale_inv");
   if (wt.dtype != DType::F8E4M3) refuse(m + ".weight is not F8_E4M3");
   const int64_t n = wt.shape[0], k = wt.shape[1], sk = si.shape[1];
   Vec w(static_cast<size_t>(n * k));

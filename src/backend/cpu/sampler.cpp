@@ -13,7 +13,6 @@
 // The passes over the vocabulary (maximum, first index of the maximum, d, the top-k bound) run
 // on AVX2 (the CPU backend's baseline) and give the scalar expressions' values exactly.
 // Processing (penalties, bias, masks) touches only the tokens of the sequence's TokenAdjust table.
-#pragma GCC target("avx2,fma")
 #include <immintrin.h>
 
 #include <algorithm>
@@ -24,6 +23,10 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "runtime/sampling_rng.h"
+
+// After the includes: g++ 13 refuses to inline the standard library's always_inline members
+// into code of another target when its headers are read under this pragma.
+#pragma GCC target("avx2,fma")
 
 namespace nanovllm::cpu {
 

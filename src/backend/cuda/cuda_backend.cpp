@@ -512,11 +512,10 @@ void CudaBackend::gather_rows(Tensor out, Tensor x, Tensor indices) {
 }
 
 bool CudaBackend::device_sampler_serves(const HostBatch& host, int64_t vocab) {
-  for (size_t b = 0; b < host.temperatures.size(); ++b) {
-    if (b < host.top_k.size() && host.top_k[b] > 0 && host.top_k[b] < vocab) return false;
-    if (b < host.top_p.size() && host.top_p[b] < 1.0f) return false;
-  }
-  // Logit processing and min_p (runtime/sampling_batch.h, when HostBatch carries it): host.
+  for (int32_t k : host.top_k)
+    if (k > kMaxDeviceTopK && k < vocab) return false;
+  // Logit processing, min_p and logprobs (runtime/sampling_batch.h, when HostBatch carries it):
+  // host.
   return [](const auto& h) {
     if constexpr (requires { h.sampling.empty(); }) {
       return h.sampling.empty();
@@ -525,6 +524,18 @@ bool CudaBackend::device_sampler_serves(const HostBatch& host, int64_t vocab) {
     }
   }(host);
 }
+
+namespace {
+
+// Whether the device sampler may leave seq b to the host (-1): top-p alone over a vocabulary
+// wider than its candidates.
+bool may_defer(const HostBatch& h, size_t b, int64_t vocab) {
+  const bool top_k = b < h.top_k.size() && h.top_k[b] > 0 && h.top_k[b] < vocab;
+  return h.temperatures[b] != 0.0f && !top_k && b < h.top_p.size() && h.top_p[b] < 1.0f &&
+         vocab > kMaxDeviceTopK;
+}
+
+}  // namespace
 
 void CudaBackend::sample(Tensor out, Tensor logits, const ForwardBatch& batch) {
   use_device();
@@ -535,27 +546,68 @@ void CudaBackend::sample(Tensor out, Tensor logits, const ForwardBatch& batch) {
                out.shape[0] == logits.shape[0],
            "cuda sample out {} for logits {}", out.describe(), logits.describe());
   NV_CHECK(batch.host != nullptr, "cuda sample reads ForwardBatch::host to choose its path");
+  const HostBatch& hb = *batch.host;
   const int64_t num = logits.shape[0], v = logits.shape[1];
   if (num == 0) return;
-  if (device_sampler_serves(*batch.host, v)) {
-    for (const Tensor* t : {&batch.temperatures, &batch.seeds, &batch.sample_offsets})
+  NV_CHECK(int64_t(hb.temperatures.size()) >= num, "cuda sample: {} temperatures for {} seqs",
+           hb.temperatures.size(), num);
+  std::vector<int32_t> tokens(static_cast<size_t>(num));
+  std::vector<int64_t> rows;  // the seqs the host samples
+  if (device_sampler_serves(hb, v)) {
+    for (const Tensor* t : {&batch.temperatures, &batch.top_k, &batch.top_p, &batch.seeds,
+                            &batch.sample_offsets})
       NV_CHECK(t->ndim == 1 && t->shape[0] >= num && t->stride[0] == 1, "cuda sample field {}",
                t->describe());
     launch_sample(out.ptr<int32_t>(), logits.ptr<const float>(), logits.stride[0], num, v,
-                  batch.temperatures.ptr<const float>(), batch.seeds.ptr<const int64_t>(),
+                  batch.temperatures.ptr<const float>(), batch.top_k.ptr<const int32_t>(),
+                  batch.top_p.ptr<const float>(), batch.seeds.ptr<const int64_t>(),
                   batch.sample_offsets.ptr<const int64_t>(), stream_);
-    return;
+    bool deferrable = false;
+    for (int64_t b = 0; b < num; ++b) deferrable = deferrable || may_defer(hb, size_t(b), v);
+    if (!deferrable) return;
+    download(tokens.data(), out);
+    for (int64_t b = 0; b < num; ++b)
+      if (tokens[size_t(b)] < 0) rows.push_back(b);
+    if (rows.empty()) return;
+  } else {
+    for (int64_t b = 0; b < num; ++b) rows.push_back(b);
   }
-  // The host sampler: the CPU backend's exact implementation on the downloaded logits.
-  std::vector<float> host_logits(static_cast<size_t>(num * v));
-  NV_CUDA_CHECK("sample (host path)",
-                cudaMemcpy2DAsync(host_logits.data(), size_t(v) * 4, logits.data,
-                                  size_t(logits.stride[0]) * 4, size_t(v) * 4, size_t(num),
-                                  cudaMemcpyDeviceToHost, stream_));
+  // The host sampler: the CPU backend's exact implementation on the downloaded logits of `rows`.
+  const int64_t n = int64_t(rows.size());
+  std::vector<float> host_logits(static_cast<size_t>(n * v));
+  HostBatch sub;
+  if (n == num) {
+    NV_CUDA_CHECK("sample (host path)",
+                  cudaMemcpy2DAsync(host_logits.data(), size_t(v) * 4, logits.data,
+                                    size_t(logits.stride[0]) * 4, size_t(v) * 4, size_t(num),
+                                    cudaMemcpyDeviceToHost, stream_));
+  }
+  for (int64_t r = 0; r < n; ++r) {
+    const size_t b = size_t(rows[size_t(r)]);
+    if (n != num) {
+      NV_CUDA_CHECK("sample (host path)",
+                    cudaMemcpyAsync(host_logits.data() + r * v,
+                                    logits.ptr<const float>() + int64_t(b) * logits.stride[0],
+                                    size_t(v) * 4, cudaMemcpyDeviceToHost, stream_));
+    }
+    sub.temperatures.push_back(hb.temperatures[b]);
+    sub.top_k.push_back(b < hb.top_k.size() ? hb.top_k[b] : 0);
+    sub.top_p.push_back(b < hb.top_p.size() ? hb.top_p[b] : 1.0f);
+    sub.seeds.push_back(b < hb.seeds.size() ? hb.seeds[b] : 0);
+    sub.sample_offsets.push_back(b < hb.sample_offsets.size() ? hb.sample_offsets[b] : 0);
+  }
   synchronize();
-  std::vector<int32_t> tokens(static_cast<size_t>(num));
-  host_sampler_->sample(Tensor::contiguous(tokens.data(), DType::I32, {num}),
-                        Tensor::contiguous(host_logits.data(), DType::F32, {num, v}), batch);
+  ForwardBatch fb;
+  const ForwardBatch* host_batch = &batch;
+  if (n != num) {  // a subset: the device path ran, so no processing or min_p applies
+    fb.host = &sub;
+    fb.num_seqs = int(n);
+    host_batch = &fb;
+  }
+  std::vector<int32_t> got(static_cast<size_t>(n));
+  host_sampler_->sample(Tensor::contiguous(got.data(), DType::I32, {n}),
+                        Tensor::contiguous(host_logits.data(), DType::F32, {n, v}), *host_batch);
+  for (int64_t r = 0; r < n; ++r) tokens[size_t(rows[size_t(r)])] = got[size_t(r)];
   upload(out, tokens.data());
   synchronize();
 }

@@ -110,10 +110,14 @@ void launch_gemv(void* out, bool out_f32, int64_t out_stride, const uint16_t* x,
                  const uint16_t* w, const uint16_t* bias, int64_t m, int64_t n, int64_t k,
                  cudaStream_t stream);
 
-// sampler.cu: greedy (temperature 0) or the exponential race over the whole vocabulary, the rule
-// of runtime/sampling_rng.h without min_p / top-k / top-p / logit processing.
+// sampler.cu: the rule of runtime/sampling_rng.h without min_p and logit processing: greedy,
+// the exponential race, top-k up to kMaxDeviceTopK and top-p. out[b] = -1 where the device
+// cannot decide (top-p alone whose nucleus exceeds kMaxDeviceTopK tokens): the host samples it.
+// top_k, top_p: [num_seqs] (top_k <= 0 or >= vocab: off; top_p >= 1: off).
+constexpr int kMaxDeviceTopK = 1024;
 void launch_sample(int32_t* out, const float* logits, int64_t logits_stride, int64_t num_seqs,
-                   int64_t vocab, const float* temperatures, const int64_t* seeds,
-                   const int64_t* offsets, cudaStream_t stream);
+                   int64_t vocab, const float* temperatures, const int32_t* top_k,
+                   const float* top_p, const int64_t* seeds, const int64_t* offsets,
+                   cudaStream_t stream);
 
 }  // namespace nanovllm::cuda

@@ -159,6 +159,15 @@ template <typename T>
 inline T __ldg(const T* p) {
   return *p;
 }
+// A CTA's threads are fibers that switch only at barriers, and CTAs run one after another, so a
+// read-modify-write is atomic here as it is on the GPU.
+template <typename T>
+inline T atomicAdd(T* p, T v) {
+  static_assert(std::is_arithmetic_v<T>, "atomicAdd of an arithmetic type");
+  const T old = *p;
+  *p = old + v;
+  return old;
+}
 
 // ---- runtime API ----
 enum cudaError_t {
