@@ -1,5 +1,6 @@
 // CUDA kernel figures on the Qwen3-0.6B shapes with napkin math (needs a GPU; elsewhere it
-// prints why and exits 1). Each figure is the median of 20 timed runs after 3 warm-ups.
+// prints why and exits 1). Each figure is the median of 20 timed runs after 3 warm-ups, each run
+// as many calls back to back as fill about 2 ms (a single call would time its launch and sync).
 //   copy:    a 1 GiB device-to-device copy: (read + write) bytes / s, the bandwidth yardstick
 //   decode:  attention_decode, 16 q / 8 kv heads, D 128, 256-token blocks, batch 1 / 32 / 256
 //            at context 1024, over a bf16 and an fp8 cache: bytes = K and V rows read
@@ -22,15 +23,22 @@ using namespace nanovllm;
 
 namespace {
 
+// Seconds per call as a stream runs it: calls back to back (as in a captured step), as many per
+// timed run as fill about 2 ms, so the launch and the synchronization are not counted per call.
 double median_seconds(Backend& be, const std::function<void()>& fn) {
   for (int i = 0; i < 3; ++i) fn();
   be.synchronize();
+  auto t0 = std::chrono::steady_clock::now();
+  fn();
+  be.synchronize();
+  const double one = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const int reps = std::clamp(int(2e-3 / std::max(one, 1e-7)), 1, 200);
   std::vector<double> t;
   for (int i = 0; i < 20; ++i) {
-    const auto t0 = std::chrono::steady_clock::now();
-    fn();
+    t0 = std::chrono::steady_clock::now();
+    for (int r = 0; r < reps; ++r) fn();
     be.synchronize();
-    t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps);
   }
   std::sort(t.begin(), t.end());
   return t[t.size() / 2];

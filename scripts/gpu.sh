@@ -18,7 +18,8 @@
 #   latency  one request beside nano-vllm (peers/latency_nanovllm.py): decode ms/token at batch 1
 #          against the weights' bound at the copy bandwidth, and the time to first token of a
 #          1,024-token prompt
-#   profile  nsys on a 64-sequence bench (when nsys is installed): the top kernels by GPU time
+#   profile  the top kernels of a 64-sequence bench by GPU time: nsys where installed, else
+#          Nsight Compute over a window of decode launches (time, DRAM GB/s, SM % per kernel)
 #   hf     transformers' continuous batching on the same workload (slow: about 4 minutes)
 #   table  the results so far, one table (printed last by every run)
 # Each phase fits the device tool's 10-minute limit. Logs and JSON go to .gpu/out; when $OUT is
@@ -167,20 +168,60 @@ phase_kernels() {
 }
 
 phase_profile() {
-  local nsys
-  nsys=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2> /dev/null | head -1)
-  [ -n "$nsys" ] || { note profile FAIL "nsys not found"; return; }
   [ -f "$model/config.json" ] || { note profile FAIL "no model: run the bench phase first"; return; }
-  timeout 300 "$nsys" profile -f true -o "$out/profile" --stats=false "$bin" bench --model "$model" \
-    --device cuda --num-seqs 64 --no-roofline > "$out/profile_bench.json" 2> "$out/profile.log" &&
-    "$nsys" stats -q --report cuda_gpu_kern_sum --format csv "$out/profile.nsys-rep" > "$out/kernels.csv" 2>> "$out/profile.log"
-  if [ -s "$out/kernels.csv" ]; then
-    note profile ok "top kernels (% of GPU time): $(python3 -c "
+  local nsys ncu
+  nsys=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2> /dev/null | head -1)
+  ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2> /dev/null | head -1)
+  if [ -n "$nsys" ]; then
+    timeout 300 "$nsys" profile -f true -o "$out/profile" --stats=false "$bin" bench --model "$model" \
+      --device cuda --num-seqs 64 --no-roofline > "$out/profile_bench.json" 2> "$out/profile.log" &&
+      "$nsys" stats -q --report cuda_gpu_kern_sum --format csv "$out/profile.nsys-rep" > "$out/kernels.csv" 2>> "$out/profile.log"
+    if [ -s "$out/kernels.csv" ]; then
+      note profile ok "top kernels (% of GPU time): $(python3 -c "
 import csv,sys
 rows=[r for r in csv.reader(open('$out/kernels.csv')) if r and r[0].replace('.','',1).isdigit()]
 print('; '.join(f'{r[-1][:40]} {float(r[0]):.1f}%' for r in rows[:6]))")"
+    else
+      note profile FAIL "see profile.log"
+    fi
+    return
+  fi
+  [ -n "$ncu" ] || { note profile FAIL "neither nsys nor ncu found"; return; }
+  # Nsight Compute: each kernel of a window of launches mid-decode (past the warm-up, the graph
+  # capture and the prefills of a 64-sequence bench), timed alone with its DRAM traffic.
+  timeout 400 "$ncu" --clock-control none --cache-control none --launch-skip "${NANOVLLM_PROFILE_SKIP:-40000}" \
+    --launch-count "${NANOVLLM_PROFILE_COUNT:-1200}" --csv \
+    --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,sm__throughput.avg.pct_of_peak_sustained_elapsed \
+    "$bin" bench --model "$model" --device cuda --num-seqs 64 --no-roofline > "$out/ncu.csv" 2> "$out/profile.log"
+  if python3 - "$out/ncu.csv" > "$out/kernels.txt" 2>> "$out/profile.log" << 'PY'
+import csv, sys, collections
+rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
+head = rows[0]; rows = rows[1:]
+col = {n: i for i, n in enumerate(head)}
+scale = {"nsecond": 1e-9, "usecond": 1e-6, "msecond": 1e-3, "second": 1.0, "byte": 1.0,
+         "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "%": 1.0}
+per = collections.defaultdict(lambda: collections.defaultdict(float))
+calls = collections.Counter()
+for r in rows:
+    name = r[col["Kernel Name"]].split("(")[0][:60]
+    metric, unit = r[col["Metric Name"]], r[col["Metric Unit"]]
+    v = float(r[col["Metric Value"]].replace(",", "")) * scale.get(unit, 1.0)
+    per[name][metric] += v
+    if metric == "gpu__time_duration.sum": calls[name] += 1
+total = sum(p["gpu__time_duration.sum"] for p in per.values())
+print(f"{sum(calls.values())} kernels, {total * 1e3:.3f} ms of GPU time")
+for name, p in sorted(per.items(), key=lambda kv: -kv[1]["gpu__time_duration.sum"])[:12]:
+    t = p["gpu__time_duration.sum"]
+    gbs = (p["dram__bytes_read.sum"] + p["dram__bytes_write.sum"]) / t / 1e9 if t else 0
+    sm = p["sm__throughput.avg.pct_of_peak_sustained_elapsed"] / max(calls[name], 1)
+    print(f"{100 * t / total:5.1f}%  {calls[name]:5d} calls  {t / max(calls[name], 1) * 1e6:8.1f} us/call  "
+          f"DRAM {gbs:7.0f} GB/s  SM {sm:4.0f}%  {name}")
+PY
+  then
+    cat "$out/kernels.txt" >&2
+    note profile ok "ncu, top kernels: $(sed -n 2,7p "$out/kernels.txt" | awk '{print $NF, $1}' | tr '\n' ';')"
   else
-    note profile FAIL "see profile.log"
+    note profile FAIL "ncu: see profile.log and ncu.csv"
   fi
 }
 
