@@ -18,7 +18,8 @@ namespace {
 
 using json = nlohmann::json;
 
-constexpr const char* kSupported = "Qwen3ForCausalLM, Qwen2ForCausalLM";
+constexpr const char* kSupported =
+    "Qwen3ForCausalLM, Qwen2ForCausalLM, LlamaForCausalLM, MistralForCausalLM";
 
 
 // Python's json module (which transformers uses) keeps the last of duplicate keys, as nlohmann
@@ -83,32 +84,73 @@ std::vector<int> eos_ids(const json& obj, const std::string& path) {
   return ids;
 }
 
-// Rope scaling other than none/"default" changes the frequencies; we only implement plain RoPE.
-void check_rope_type(const json& obj, const std::string& path, const std::string& where) {
+// A positive finite number field of a rope scaling object.
+double scaling_number(const json& obj, const char* name, const std::string& path,
+                      const std::string& where, bool required, double fallback) {
+  const json* v = field(obj, name);
+  if (!v) {
+    if (required) fail("{}: field '{}' has no '{}' (needed by its rope type)", path, where, name);
+    return fallback;
+  }
+  const std::string full = where + "." + name;
+  const double x = as_number(*v, path, full);
+  if (!(x > 0) || !std::isfinite(x)) fail("{}: field '{}' must be positive, got {}", path, full, x);
+  return x;
+}
+
+// The rope scaling of one object (rope_scaling or rope_parameters); nullopt when it names no type.
+std::optional<RopeScaling> parse_rope_scaling(const json& obj, const std::string& path,
+                                              const std::string& where) {
   const json* t = field(obj, "rope_type");
   const char* key = "rope_type";
   if (!t) {
     t = field(obj, "type");  // the older spelling
     key = "type";
   }
-  if (!t) return;
+  if (!t) return std::nullopt;
   if (!t->is_string())
     fail("{}: field '{}.{}' must be a string, got {}", path, where, key, json_brief(*t));
-  if (t->get<std::string>() != "default")
-    fail("{}: rope scaling '{}' is not supported (field '{}.{}'; only default RoPE is)", path,
-         t->get<std::string>(), where, key);
+  RopeScaling r;
+  r.type = t->get<std::string>();
+  if (r.type == "default") return r;
+  if (r.type != "linear" && r.type != "llama3")
+    fail("{}: rope scaling '{}' is not supported (field '{}.{}'; supported: default, linear, "
+         "llama3)",
+         path, r.type, where, key);
+  r.factor = scaling_number(obj, "factor", path, where, true, 1.0);
+  if (r.type == "llama3") {
+    r.low_freq_factor = scaling_number(obj, "low_freq_factor", path, where, true, 1.0);
+    r.high_freq_factor = scaling_number(obj, "high_freq_factor", path, where, true, 4.0);
+    if (!(r.high_freq_factor > r.low_freq_factor))
+      fail("{}: field '{}.high_freq_factor' ({}) must exceed 'low_freq_factor' ({})", path, where,
+           r.high_freq_factor, r.low_freq_factor);
+    const json* o = field(obj, "original_max_position_embeddings");
+    if (!o) fail("{}: field '{}' has no 'original_max_position_embeddings' (needed by llama3)", path, where);
+    r.original_max_position_embeddings = as_int(*o, path, where + ".original_max_position_embeddings");
+    if (r.original_max_position_embeddings <= 0)
+      fail("{}: field '{}.original_max_position_embeddings' must be positive, got {}", path, where,
+           r.original_max_position_embeddings);
+  }
+  return r;
 }
 
-double rope_theta(const json& j, const std::string& path) {
+// rope_theta and the scaling, from the top level, rope_scaling and rope_parameters (transformers
+// 5 moves both into rope_parameters); where two places give a value they must agree.
+void parse_rope(const json& j, const std::string& path, ModelConfig& c) {
   std::optional<double> top, nested;
+  std::optional<RopeScaling> scaling;
   if (const json* v = field(j, "rope_theta")) top = as_number(*v, path, "rope_theta");
   if (const json* s = field(j, "rope_scaling")) {
     if (!s->is_object()) fail("{}: field 'rope_scaling' must be an object or null", path);
-    check_rope_type(*s, path, "rope_scaling");
+    scaling = parse_rope_scaling(*s, path, "rope_scaling");
   }
   if (const json* p = field(j, "rope_parameters")) {
     if (!p->is_object()) fail("{}: field 'rope_parameters' must be an object or null", path);
-    check_rope_type(*p, path, "rope_parameters");
+    std::optional<RopeScaling> in_params = parse_rope_scaling(*p, path, "rope_parameters");
+    if (scaling && in_params && scaling->type != in_params->type)
+      fail("{}: fields 'rope_scaling' ({}) and 'rope_parameters' ({}) name different rope types",
+           path, scaling->type, in_params->type);
+    if (in_params) scaling = in_params;
     if (const json* v = field(*p, "rope_theta"))
       nested = as_number(*v, path, "rope_parameters.rope_theta");
     else if (!top)
@@ -117,10 +159,10 @@ double rope_theta(const json& j, const std::string& path) {
   if (top && nested && *top != *nested)
     fail("{}: fields 'rope_theta' ({}) and 'rope_parameters.rope_theta' ({}) disagree", path, *top,
          *nested);
-  double theta = nested ? *nested : top ? *top : 10000.0;
-  if (!(theta > 0) || !std::isfinite(theta))
-    fail("{}: field 'rope_theta' must be positive, got {}", path, theta);
-  return theta;
+  c.rope_theta = nested ? *nested : top ? *top : 10000.0;
+  if (!(c.rope_theta > 0) || !std::isfinite(c.rope_theta))
+    fail("{}: field 'rope_theta' must be positive, got {}", path, c.rope_theta);
+  if (scaling) c.rope_scaling = *scaling;
 }
 
 }  // namespace
@@ -137,7 +179,9 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
   c.architecture = (*archs)[0].get<std::string>();
   const bool qwen3 = c.architecture == "Qwen3ForCausalLM";
   const bool qwen2 = c.architecture == "Qwen2ForCausalLM";
-  if (!qwen3 && !qwen2)
+  const bool mistral = c.architecture == "MistralForCausalLM";
+  const bool llama = c.architecture == "LlamaForCausalLM";
+  if (!qwen3 && !qwen2 && !mistral && !llama)
     fail("{}: architecture '{}' is not supported (field 'architectures'; supported: {})", path,
          c.architecture, kSupported);
 
@@ -171,13 +215,22 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
     if (!(c.rms_norm_eps > 0) || !std::isfinite(c.rms_norm_eps))
       fail("{}: field 'rms_norm_eps' must be positive, got {}", path, c.rms_norm_eps);
   }
-  c.rope_theta = rope_theta(j, path);
+  parse_rope(j, path, c);
   if (const json* v = field(j, "hidden_act")) {
     if (!v->is_string() || v->get<std::string>() != "silu")
       fail("{}: field 'hidden_act' is {}; only \"silu\" is supported", path, json_brief(*v));
   }
   if (const json* v = field(j, "use_sliding_window"); v && as_bool(*v, path, "use_sliding_window"))
     fail("{}: field 'use_sliding_window' is true; sliding-window attention is not supported", path);
+  // Mistral attends within sliding_window keys when it is set (Qwen2's field counts only under
+  // use_sliding_window, refused above; Llama has none).
+  if (const json* v = field(j, "sliding_window"); v && mistral) {
+    c.sliding_window = as_int(*v, path, "sliding_window");
+    if (c.sliding_window <= 0)
+      fail("{}: field 'sliding_window' must be positive or null, got {}", path, c.sliding_window);
+  }
+  if (const json* v = field(j, "mlp_bias"); v && as_bool(*v, path, "mlp_bias"))
+    fail("{}: field 'mlp_bias' is true; MLP biases are not supported", path);
 
   // Qwen2 checkpoints carry q/k/v biases (transformers hard-codes them); Qwen3 reads the flag.
   c.attention_bias = qwen2;

@@ -8,9 +8,22 @@
 
 namespace nanovllm {
 
-// The fields of config.json the engine uses. Supported: Qwen3ForCausalLM, Qwen2ForCausalLM.
+// RoPE frequency scaling (rope_scaling / rope_parameters). inv_freq_j = theta^(-2j / D), then:
+//   default: unchanged;  linear: inv_freq / factor;
+//   llama3: wavelength 2 pi / inv_freq against the original context L: above L / low_freq_factor
+//     inv_freq / factor, below L / high_freq_factor unchanged, between them the blend
+//     (1 - s) inv_freq / factor + s inv_freq with s = (L / wavelength - low) / (high - low).
+struct RopeScaling {
+  std::string type = "default";  // "default" | "linear" | "llama3"
+  double factor = 1.0;
+  double low_freq_factor = 1.0, high_freq_factor = 4.0;  // llama3
+  int original_max_position_embeddings = 0;              // llama3
+};
+
+// The fields of config.json the engine uses. Supported: Qwen3ForCausalLM, Qwen2ForCausalLM,
+// LlamaForCausalLM, MistralForCausalLM (the same dense decoder: flags below tell them apart).
 struct ModelConfig {
-  std::string architecture;           // "Qwen3ForCausalLM" | "Qwen2ForCausalLM"
+  std::string architecture;           // one of the supported names above
   int hidden_size = 0;
   int num_hidden_layers = 0;
   int num_attention_heads = 0;
@@ -21,6 +34,9 @@ struct ModelConfig {
   int max_position_embeddings = 0;
   double rms_norm_eps = 1e-6;
   double rope_theta = 10000.0;        // rope_theta, or rope_parameters.rope_theta
+  RopeScaling rope_scaling;
+  int sliding_window = 0;             // Mistral's attention window (0: none); the engine runs
+                                      // only max_model_len <= sliding_window (exact there)
   bool attention_bias = false;        // q/k/v biases (Qwen2: true unless the config says otherwise)
   bool qk_norm = false;               // per-head q_norm / k_norm before RoPE (Qwen3)
   bool tie_word_embeddings = false;
@@ -31,8 +47,8 @@ struct ModelConfig {
 };
 
 // Reads and validates <folder>/config.json. Throws Error naming the file and the field for a
-// missing/invalid field, an unsupported architecture, rope scaling other than none/default, or a
-// quantization_config that model/quantization_config.h does not support.
+// missing/invalid field, an unsupported architecture, rope scaling other than default / linear /
+// llama3, mlp_bias, or a quantization_config that model/quantization_config.h does not support.
 ModelConfig load_model_config(const std::string& folder);
 // The same from JSON text (path is used in error messages).
 ModelConfig parse_model_config(const std::string& json_text, const std::string& path);

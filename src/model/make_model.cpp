@@ -33,8 +33,10 @@ struct Preset {
   int bos_token_id;                 // < 0: vocab + bos_token_id (tiny presets follow --vocab)
   int eos_token_id;                 // config.json; < 0 as bos
   std::vector<int> generation_eos;  // generation_config.json; < 0 as bos
-  float temperature, top_p;
-  int top_k;
+  float temperature, top_p;  // generation_config.json; temperature < 0: neither written
+  int top_k;                 // 0: not written
+  RopeScaling rope_scaling = {};
+  int sliding_window = 0;    // Mistral's; 0: null
 };
 
 Preset find_preset(const std::string& name) {
@@ -64,7 +66,44 @@ Preset find_preset(const std::string& name) {
   if (name == "tiny-qwen2")
     return {"Qwen2ForCausalLM", 2,  64, 4,        2,    0,    96, 384, 32768, 1e6, 1e-6, false,
             std::nullopt,       -2, -1, {-1, -2}, 0.7f, 0.8f, 20};
-  fail("make-model: unknown preset '{}' (presets: tiny, tiny-qwen2, qwen3-0.6b)", name);
+  // Llama 3.2's RoPE scaling; tiny shapes otherwise (the low frequencies it scales turn even at
+  // the first positions, so a missing or wrong scaling changes the tiny model's outputs).
+  const RopeScaling llama3{"llama3", 32.0, 1.0, 4.0, 8192};
+  // Hidden 64 as "tiny" (the bf16-storage reference's 1e-3 bound holds at these sizes; rounding
+  // flips of a wider hidden exceed it now and then, on Qwen presets too).
+  if (name == "tiny-llama")
+    return {"LlamaForCausalLM", 2,  64, 4,        2,    32,   128, 512, 131072, 5e5, 1e-5, true,
+            std::nullopt,       -2, -1, {-1, -2}, 0.6f, 0.9f, 0,   llama3};
+  if (name == "tiny-mistral")  // Mistral 7B v0.1's window (the engine runs max_model_len <= it)
+    return {"MistralForCausalLM", 2,  64, 4,    2,     32,   96, 512, 32768, 1e6, 1e-5, false,
+            std::nullopt,         -2, -1, {-1}, -1.0f, 1.0f, 0,  {},  4096};
+  if (name == "llama3-1b")  // Llama 3.2 1B
+    return {"LlamaForCausalLM",
+            16,
+            2048,
+            32,
+            8,
+            64,
+            8192,
+            128256,
+            131072,
+            5e5,
+            1e-5,
+            true,
+            std::nullopt,
+            128000,
+            128001,
+            {128001, 128008, 128009},
+            0.6f,
+            0.9f,
+            0,
+            llama3};
+  if (name == "mistral-7b")  // Mistral 7B v0.3
+    return {"MistralForCausalLM", 32, 4096, 32, 8, 128, 14336, 32768, 32768, 1e6, 1e-5, false,
+            std::nullopt,         1,  2,    {2}, -1.0f, 1.0f, 0};
+  fail("make-model: unknown preset '{}' (presets: tiny, tiny-qwen2, tiny-llama, tiny-mistral, "
+       "qwen3-0.6b, llama3-1b, mistral-7b)",
+       name);
 }
 
 // How a tensor's values are drawn: mean + std * N(0, 1), or with a random sign (see below).
@@ -225,7 +264,18 @@ void write_json(const std::string& path, const ojson& j) {
 
 ojson config_json(const Preset& p, const MakeModelOptions& o, const std::string& arch,
                   bool qkv_bias, int head_dim, bool tie) {
-  const bool qwen3 = arch == "Qwen3ForCausalLM";
+  const bool qwen3 = arch == "Qwen3ForCausalLM", qwen2 = arch == "Qwen2ForCausalLM";
+  const bool mistral = arch == "MistralForCausalLM";
+  ojson rope = nullptr;
+  if (p.rope_scaling.type == "llama3") {
+    rope = {{"factor", p.rope_scaling.factor},
+            {"high_freq_factor", p.rope_scaling.high_freq_factor},
+            {"low_freq_factor", p.rope_scaling.low_freq_factor},
+            {"original_max_position_embeddings", p.rope_scaling.original_max_position_embeddings},
+            {"rope_type", "llama3"}};
+  } else if (p.rope_scaling.type == "linear") {
+    rope = {{"factor", p.rope_scaling.factor}, {"rope_type", "linear"}};
+  }
   ojson j;
   j["architectures"] = {arch};
   j["attention_bias"] = qkv_bias;
@@ -238,19 +288,22 @@ ojson config_json(const Preset& p, const MakeModelOptions& o, const std::string&
   j["initializer_range"] = 0.02;
   j["intermediate_size"] = o.intermediate.value_or(p.intermediate);
   j["max_position_embeddings"] = p.max_position_embeddings;
-  j["max_window_layers"] = o.layers.value_or(p.layers);
-  j["model_type"] = qwen3 ? "qwen3" : "qwen2";
+  if (qwen3 || qwen2) j["max_window_layers"] = o.layers.value_or(p.layers);
+  if (!qwen3 && !qwen2 && !mistral) j["mlp_bias"] = false;
+  j["model_type"] = qwen3 ? "qwen3" : qwen2 ? "qwen2" : mistral ? "mistral" : "llama";
   j["num_attention_heads"] = o.heads.value_or(p.heads);
   j["num_hidden_layers"] = o.layers.value_or(p.layers);
   j["num_key_value_heads"] = o.kv_heads.value_or(p.kv_heads);
+  if (!qwen3 && !qwen2 && !mistral) j["pretraining_tp"] = 1;
   j["rms_norm_eps"] = p.rms_norm_eps;
-  j["rope_scaling"] = nullptr;
+  j["rope_scaling"] = rope;
   j["rope_theta"] = p.rope_theta;
-  j["sliding_window"] = nullptr;
+  if (qwen3 || qwen2 || mistral)
+    j["sliding_window"] = p.sliding_window > 0 ? ojson(p.sliding_window) : ojson(nullptr);
   j["tie_word_embeddings"] = tie;
   j["torch_dtype"] = "bfloat16";
   j["use_cache"] = true;
-  j["use_sliding_window"] = false;
+  if (qwen3 || qwen2) j["use_sliding_window"] = false;
   j["vocab_size"] = o.vocab.value_or(p.vocab);
   return j;
 }
@@ -308,10 +361,11 @@ void make_model(const MakeModelOptions& o) {
   for (int& id : p.generation_eos) resolve(id);
   if (!o.tokenizer.empty()) use_tokenizer_ids(p, o.tokenizer, vocab);
   const std::string arch = o.architecture.empty() ? p.architecture : o.architecture;
-  if (arch != "Qwen3ForCausalLM" && arch != "Qwen2ForCausalLM")
+  if (arch != "Qwen3ForCausalLM" && arch != "Qwen2ForCausalLM" && arch != "LlamaForCausalLM" &&
+      arch != "MistralForCausalLM")
     fail(
         "make-model: architecture '{}' is not supported (supported: Qwen3ForCausalLM, "
-        "Qwen2ForCausalLM)",
+        "Qwen2ForCausalLM, LlamaForCausalLM, MistralForCausalLM)",
         arch);
   const bool qwen2 = arch == "Qwen2ForCausalLM";
   const bool qkv_bias = o.qkv_bias.value_or(p.qkv_bias.value_or(qwen2));
@@ -366,9 +420,11 @@ void make_model(const MakeModelOptions& o) {
   gen["pad_token_id"] = p.bos_token_id;
   // Shortest decimal of the float (0.6, not 0.6000000238418579), as the real files have it.
   auto decimal = [](float f) { return std::stod(fmt::format("{}", f)); };
-  gen["temperature"] = decimal(p.temperature);
-  gen["top_k"] = p.top_k;
-  gen["top_p"] = decimal(p.top_p);
+  if (p.temperature >= 0) {
+    gen["temperature"] = decimal(p.temperature);
+    if (p.top_k > 0) gen["top_k"] = p.top_k;
+    gen["top_p"] = decimal(p.top_p);
+  }
   write_json((out / "generation_config.json").string(), gen);
 
   // Shard boundaries: consecutive tensors, about total / shards bytes each, none empty.

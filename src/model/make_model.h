@@ -20,7 +20,7 @@ struct MakeModelOptions {
   // Overrides of the preset (unset: the preset's value).
   std::optional<int> layers, hidden, heads, kv_heads, head_dim, intermediate, vocab;
   std::optional<bool> qkv_bias, tie_embeddings;
-  std::string architecture;  // "Qwen3ForCausalLM" | "Qwen2ForCausalLM"; empty: the preset's
+  std::string architecture;  // Qwen3/Qwen2/Llama/MistralForCausalLM; empty: the preset's
   uint64_t seed = 0;         // same seed and shapes: byte-identical weights
   int shards = 1;            // > 1: model-0000i-of-0000N.safetensors + model.safetensors.index.json
   std::string out;           // the folder to write (created)

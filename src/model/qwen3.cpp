@@ -6,15 +6,27 @@ namespace nanovllm {
 
 namespace {
 
-// cos/sin of the rotate-half RoPE: row p = [cos(p f_0) .. cos(p f_{D/2-1}), sin(...) ...],
-// f_j = theta^(-2j / D).
-std::vector<float> rope_table(int max_position, int head_dim, double theta) {
+// inv_freq_j = theta^(-2j / D), scaled as config.rope_scaling says (model/hf_config.h).
+double inv_freq(int j, int head_dim, double theta, const RopeScaling& s) {
+  const double f = std::pow(theta, -2.0 * j / head_dim);
+  if (s.type == "linear") return f / s.factor;
+  if (s.type != "llama3") return f;
+  const double kPi = 3.14159265358979323846;
+  const double wavelen = 2 * kPi / f, L = s.original_max_position_embeddings;
+  if (wavelen < L / s.high_freq_factor) return f;  // high frequencies: kept
+  if (wavelen > L / s.low_freq_factor) return f / s.factor;  // low frequencies: scaled
+  const double smooth = (L / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+  return (1 - smooth) * f / s.factor + smooth * f;
+}
+
+// cos/sin of the rotate-half RoPE: row p = [cos(p f_0) .. cos(p f_{D/2-1}), sin(...) ...].
+std::vector<float> rope_table(int max_position, int head_dim, double theta, const RopeScaling& s) {
   const int half = head_dim / 2;
   std::vector<float> t(size_t(max_position) * head_dim);
   for (int j = 0; j < half; ++j) {
-    double inv_freq = std::pow(theta, -2.0 * j / head_dim);
+    const double f = inv_freq(j, head_dim, theta, s);
     for (int p = 0; p < max_position; ++p) {
-      double a = p * inv_freq;
+      double a = p * f;
       t[size_t(p) * head_dim + j] = float(std::cos(a));
       t[size_t(p) * head_dim + half + j] = float(std::sin(a));
     }
@@ -34,7 +46,7 @@ Qwen3Model::Qwen3Model(const ModelConfig& config, ModelWeights weights, Backend&
                        int max_position)
     : config_(config), weights_(std::move(weights)), backend_(backend) {
   NV_CHECK(config.head_dim % 2 == 0, "head_dim {}", config.head_dim);
-  std::vector<float> table = rope_table(max_position, config.head_dim, config.rope_theta);
+  std::vector<float> table = rope_table(max_position, config.head_dim, config.rope_theta, config.rope_scaling);
   cos_sin_buf_ = backend.alloc(table.size() * sizeof(float));
   cos_sin_ = cos_sin_buf_.as(DType::F32, {max_position, config.head_dim});
   backend.upload(cos_sin_, table.data());

@@ -1,6 +1,9 @@
 #pragma once
-// Qwen3 (and Qwen2) decoder, written once against the Backend interface.
-// Qwen3: per-head RMSNorm of q and k before RoPE. Qwen2: q/k/v biases, no q/k norm.
+// The dense decoder of Qwen3, Qwen2, Llama and Mistral, written once against the Backend
+// interface (named after nano-vllm's qwen3.py). Qwen3: per-head RMSNorm of q and k before RoPE.
+// Qwen2: q/k/v biases, no q/k norm. Llama / Mistral: neither (biases where attention_bias says),
+// RoPE frequencies scaled as rope_scaling says (linear, llama3), Mistral's window refused past
+// max_model_len by the engine.
 #include <vector>
 
 #include "backend/backend.h"

@@ -91,8 +91,10 @@ TEST_P(TpEngine, GreedyOutputsEqualOneRankWithPrefixCache) {
   for (int tp : {2, 4}) {
     const TpRun many = run_engine(config, tp, prompts, 16);
     EXPECT_EQ(many.outputs, one.outputs) << GetParam() << " tp " << tp;
-    // fp32 activations in both: only the order of the all-reduce's sums differs.
-    EXPECT_LT(test::relative_error(many.first_logits, one.first_logits), 1e-4) << GetParam() << " tp " << tp;
+    // fp32 activations in both: only the order of the all-reduce's sums differs, and where that
+    // moves a K or V value across a bf16 rounding boundary of the cache, its rounding (then
+    // ~1e-3: tiny-llama at TP = 4 measured 1.05e-3; otherwise ~1e-7). A wrong shard is O(1).
+    EXPECT_LT(test::relative_error(many.first_logits, one.first_logits), 5e-3) << GetParam() << " tp " << tp;
   }
 }
 
@@ -111,7 +113,8 @@ TEST_P(TpEngine, GreedyOutputsEqualOneRankWithPreemption) {
   EXPECT_GT(two.preemptions, 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Presets, TpEngine, ::testing::Values("tiny", "tiny-qwen2"));
+INSTANTIATE_TEST_SUITE_P(Presets, TpEngine,
+                         ::testing::Values("tiny", "tiny-qwen2", "tiny-llama", "tiny-mistral"));
 
 TEST(TpEngineErrors, ShapesThatDoNotDivideNameTheField) {
   Config config = test::tiny_config(test::tiny_model("tiny"));

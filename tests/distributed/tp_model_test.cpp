@@ -206,7 +206,8 @@ TEST_P(TpModel, RankHoldsOnlyItsVocabRows) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Presets, TpModel, ::testing::Values("tiny", "tiny-qwen2"));
+INSTANTIATE_TEST_SUITE_P(Presets, TpModel,
+                         ::testing::Values("tiny", "tiny-qwen2", "tiny-llama", "tiny-mistral"));
 
 TEST(TpShard, NonDividingShapesNameTheField) {
   ModelConfig c;

@@ -21,17 +21,23 @@ TEST_P(EngineReference, LastTokenLogitsWithinOnePercent) {
   ref::ReferenceModel reference(model);
   ref::ReferenceModel bf16_reference(model, ref::Precision::kBf16Storage);
   LLMEngine engine(test::tiny_config(model));
-  auto prompts = test::random_prompts(4, reference.config().vocab_size, 1, 40, 7);
+  auto prompts = test::random_prompts(8, reference.config().vocab_size, 1, 40, 7);
+  int exact = 0;
   for (const auto& prompt : prompts) {
     std::vector<float> got = test::prefill_logits(engine, prompt);
     const double err = test::relative_error(got, reference.last_logits(prompt));
     const double err_bf16 = test::relative_error(got, bf16_reference.last_logits(prompt));
     EXPECT_LT(err, 1e-2) << "prompt of " << prompt.size() << " tokens";
-    // With the same bf16 storage points only summation order and rare bf16 rounding flips differ.
-    EXPECT_LT(err_bf16, 1e-3) << "prompt of " << prompt.size() << " tokens";
+    // With the same bf16 storage points only the summation order differs, and where a sum lands
+    // next to a bf16 rounding boundary, the rounding: the error is either ~1e-7 or, after such a
+    // flip, 1e-3 - 3.2e-3 (seeds 1-5 of the four tiny presets, 4 prompts each: 13 of 80 flipped).
+    // A wrong storage point or formula misses on every prompt.
+    EXPECT_LT(err_bf16, 5e-3) << "prompt of " << prompt.size() << " tokens";
+    exact += err_bf16 < 1e-5;
     std::printf("%s, %zu-token prompt: logit error / max |logit| = %.2e (fp32 reference), %.2e (bf16-storage reference)\n",
                 GetParam().c_str(), prompt.size(), err, err_bf16);
   }
+  EXPECT_GE(exact, 3) << "most prompts match the bf16-storage reference to the summation order";
 }
 
 // Greedy ids of the batched engine equal the reference's. Random-weight models meet near-ties
@@ -71,7 +77,8 @@ TEST_P(EngineReference, GreedyTokensIdenticalBatched) {
               prompts.size());
 }
 
-INSTANTIATE_TEST_SUITE_P(TinyShapes, EngineReference, ::testing::Values("tiny", "tiny-qwen2"));
+INSTANTIATE_TEST_SUITE_P(TinyShapes, EngineReference,
+                         ::testing::Values("tiny", "tiny-qwen2", "tiny-llama", "tiny-mistral"));
 
 }  // namespace
 }  // namespace nanovllm

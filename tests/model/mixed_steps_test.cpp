@@ -119,8 +119,12 @@ TEST_P(MixedSteps, PreemptionUnderASmallCache) {
   EXPECT_GT(mixed.preemptions, 0) << "the small cache should have forced a preemption";
 }
 
-INSTANTIATE_TEST_SUITE_P(Presets, MixedSteps, ::testing::Values("tiny", "tiny-qwen2"),
-                         [](const auto& info) { return std::string(info.param) == "tiny" ? "qwen3" : "qwen2"; });
+INSTANTIATE_TEST_SUITE_P(Presets, MixedSteps,
+                         ::testing::Values("tiny", "tiny-qwen2", "tiny-llama", "tiny-mistral"),
+                         [](const auto& info) {
+                           const std::string p = info.param;
+                           return p == "tiny" ? std::string("qwen3") : p.substr(5);
+                         });
 
 }  // namespace
 }  // namespace nanovllm

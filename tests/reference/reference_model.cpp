@@ -101,11 +101,37 @@ Vec rmsnorm(const float* x, const Vec& g, size_t n, double eps) {
   return y;
 }
 
+// The RoPE frequencies of transformers' rope_init_fn for the config's rope type: default,
+// linear (_compute_linear_scaling_rope_parameters) and llama3 (_compute_llama3_parameters), in
+// their own terms: the wavelength bands and torch.where's choices.
+std::vector<double> rope_inv_freq(size_t D, double theta, const RopeScaling& s) {
+  std::vector<double> inv(D / 2);
+  for (size_t j = 0; j < D / 2; ++j) inv[j] = 1.0 / std::pow(theta, double(2 * j) / double(D));
+  if (s.type == "linear") {
+    for (double& f : inv) f /= s.factor;
+  } else if (s.type == "llama3") {
+    const double old_len = s.original_max_position_embeddings;
+    const double low_freq_wavelen = old_len / s.low_freq_factor;
+    const double high_freq_wavelen = old_len / s.high_freq_factor;
+    for (double& f : inv) {
+      const double wavelen = 2 * M_PI / f;
+      const double llama = wavelen > low_freq_wavelen ? f / s.factor : f;
+      const double smooth = (old_len / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+      const double smoothed = (1 - smooth) * llama / s.factor + smooth * llama;
+      const bool medium = !(wavelen < high_freq_wavelen) && !(wavelen > low_freq_wavelen);
+      f = medium ? smoothed : llama;
+    }
+  } else if (s.type != "default") {
+    throw std::runtime_error("reference model: rope type " + s.type);
+  }
+  return inv;
+}
+
 // Rotate-half RoPE of one head at position pos.
-void rope(float* x, size_t D, int pos, double theta) {
+void rope(float* x, size_t D, int pos, const std::vector<double>& inv_freq) {
   size_t half = D / 2;
   for (size_t j = 0; j < half; ++j) {
-    double a = pos * std::pow(theta, -2.0 * double(j) / double(D));
+    double a = pos * inv_freq[j];
     double c = std::cos(a), s = std::sin(a);
     double x1 = x[j], x2 = x[j + half];
     x[j] = float(x1 * c - x2 * s);
@@ -171,6 +197,7 @@ std::vector<std::vector<float>> ReferenceModel::logits_at(const std::vector<int3
   const double eps = c.rms_norm_eps;
   const bool bf16 = precision_ != Precision::kFp32;
   const bool fp8_kv = precision_ == Precision::kBf16StorageFp8Kv;
+  const std::vector<double> inv_freq = rope_inv_freq(D, c.rope_theta, c.rope_scaling);
   // Where the GEMM of `weight` reads x: the quantized GEMM's int16 grid, else bf16 storage.
   auto gemm_in = [&](const Vec& v, const std::string& weight) {
     return int16_input(weight) ? round_int16_grid(v) : maybe_round(v, bf16);
@@ -194,14 +221,14 @@ std::vector<std::vector<float>> ReferenceModel::logits_at(const std::vector<int3
           Vec n = rmsnorm(&q[t][hh * D], w(p + "self_attn.q_norm.weight"), D, eps);
           std::memcpy(&q[t][hh * D], n.data(), D * 4);
         }
-        rope(&q[t][hh * D], D, int(t), c.rope_theta);
+        rope(&q[t][hh * D], D, int(t), inv_freq);
       }
       for (size_t hh = 0; hh < Hkv; ++hh) {
         if (c.qk_norm) {
           Vec n = rmsnorm(&k[t][hh * D], w(p + "self_attn.k_norm.weight"), D, eps);
           std::memcpy(&k[t][hh * D], n.data(), D * 4);
         }
-        rope(&k[t][hh * D], D, int(t), c.rope_theta);
+        rope(&k[t][hh * D], D, int(t), inv_freq);
       }
       if (fp8_kv) {  // the KV cache holds E4M3 codes of unit scale
         for (float& e : k[t]) e = fp8_e4m3_to_float(float_to_fp8_e4m3(e));

@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "util/check.h"
@@ -132,26 +133,125 @@ TEST(HfConfig, RopeParametersForm) {
   expect_error(j, {"'rope_parameters' has no 'rope_theta'"});
 }
 
-TEST(HfConfig, RopeScalingIsRejected) {
-  json j = qwen3_0_6b();
-  j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
-  expect_error(j, {"rope scaling 'yarn' is not supported", "rope_scaling.rope_type"});
-  j["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};
-  expect_error(j, {"rope scaling 'linear' is not supported", "rope_scaling.type"});
+// The real Llama-3.2-1B config.json (fields and values).
+json llama32_1b() {
+  return json::parse(R"({
+    "architectures": ["LlamaForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+    "bos_token_id": 128000, "eos_token_id": 128001, "head_dim": 64, "hidden_act": "silu",
+    "hidden_size": 2048, "initializer_range": 0.02, "intermediate_size": 8192,
+    "max_position_embeddings": 131072, "mlp_bias": false, "model_type": "llama",
+    "num_attention_heads": 32, "num_hidden_layers": 16, "num_key_value_heads": 8,
+    "pretraining_tp": 1, "rms_norm_eps": 1e-05,
+    "rope_scaling": {"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                     "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+    "rope_theta": 500000.0, "tie_word_embeddings": true, "torch_dtype": "bfloat16",
+    "transformers_version": "4.45.0.dev0", "use_cache": true, "vocab_size": 128256})");
+}
+
+// Mistral-7B-v0.1's config.json: a 4,096-token sliding window.
+json mistral_7b_v01() {
+  return json::parse(R"({
+    "architectures": ["MistralForCausalLM"], "bos_token_id": 1, "eos_token_id": 2,
+    "hidden_act": "silu", "hidden_size": 4096, "initializer_range": 0.02,
+    "intermediate_size": 14336, "max_position_embeddings": 32768, "model_type": "mistral",
+    "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8,
+    "rms_norm_eps": 1e-05, "rope_theta": 10000.0, "sliding_window": 4096,
+    "tie_word_embeddings": false, "torch_dtype": "bfloat16", "transformers_version": "4.34.0.dev0",
+    "use_cache": true, "vocab_size": 32000})");
+}
+
+TEST(HfConfig, LlamaAndMistralConfigs) {
+  const ModelConfig l = parse(llama32_1b());
+  EXPECT_EQ(l.architecture, "LlamaForCausalLM");
+  EXPECT_EQ(l.head_dim, 64);
+  EXPECT_FALSE(l.qk_norm);
+  EXPECT_FALSE(l.attention_bias);
+  EXPECT_TRUE(l.tie_word_embeddings);
+  EXPECT_EQ(l.sliding_window, 0);
+  EXPECT_EQ(l.rope_scaling.type, "llama3");
+  EXPECT_DOUBLE_EQ(l.rope_scaling.factor, 32.0);
+  EXPECT_DOUBLE_EQ(l.rope_scaling.low_freq_factor, 1.0);
+  EXPECT_DOUBLE_EQ(l.rope_scaling.high_freq_factor, 4.0);
+  EXPECT_EQ(l.rope_scaling.original_max_position_embeddings, 8192);
+  EXPECT_DOUBLE_EQ(l.rope_theta, 5e5);
+
+  const ModelConfig m = parse(mistral_7b_v01());
+  EXPECT_EQ(m.architecture, "MistralForCausalLM");
+  EXPECT_EQ(m.head_dim, 128);  // hidden / heads
+  EXPECT_EQ(m.sliding_window, 4096);
+  EXPECT_EQ(m.rope_scaling.type, "default");
+  json j = mistral_7b_v01();
+  j["sliding_window"] = nullptr;  // v0.2 and later
+  EXPECT_EQ(parse(j).sliding_window, 0);
+  j["sliding_window"] = 0;
+  expect_error(j, {"'sliding_window' must be positive"});
+  // Qwen2's sliding_window counts only under use_sliding_window (false): ignored.
+  j = qwen3_0_6b();
+  j["sliding_window"] = 4096;
+  EXPECT_EQ(parse(j).sliding_window, 0);
+
+  j = llama32_1b();
+  j["mlp_bias"] = true;
+  expect_error(j, {"'mlp_bias' is true", "not supported"});
+  j = llama32_1b();
+  j["attention_bias"] = true;
+  EXPECT_TRUE(parse(j).attention_bias);
+}
+
+TEST(HfConfig, RopeScalingTypes) {
+  json j = llama32_1b();
+  j["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};  // the older key
+  ModelConfig c = parse(j);
+  EXPECT_EQ(c.rope_scaling.type, "linear");
+  EXPECT_DOUBLE_EQ(c.rope_scaling.factor, 2.0);
   j["rope_scaling"] = {{"rope_type", "default"}};
-  EXPECT_NO_THROW(parse(j));
+  EXPECT_EQ(parse(j).rope_scaling.type, "default");
+  // transformers 5 writes rope_parameters (theta and scaling together).
   j.erase("rope_scaling");
-  j["rope_parameters"] = {{"rope_type", "llama3"}, {"rope_theta", 5e5}};
-  expect_error(j, {"rope scaling 'llama3' is not supported", "rope_parameters.rope_type"});
+  j.erase("rope_theta");
+  j["rope_parameters"] = llama32_1b()["rope_scaling"];
+  j["rope_parameters"]["rope_theta"] = 5e5;
+  c = parse(j);
+  EXPECT_EQ(c.rope_scaling.type, "llama3");
+  EXPECT_DOUBLE_EQ(c.rope_theta, 5e5);
+  j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 2.0}};
+  expect_error(j, {"'rope_scaling' (linear) and 'rope_parameters' (llama3)"});
+}
+
+TEST(HfConfig, RopeScalingWeDoNotImplementIsRefusedByName) {
+  json j = qwen3_0_6b();
+  for (const char* type : {"yarn", "dynamic", "longrope", "su"}) {
+    j["rope_scaling"] = {{"rope_type", type}, {"factor", 4.0}};
+    expect_error(j, {fmt::format("rope scaling '{}' is not supported", type),
+                     "rope_scaling.rope_type", "default, linear, llama3"});
+  }
+  j["rope_scaling"] = {{"type", "dynamic"}, {"factor", 2.0}};
+  expect_error(j, {"rope scaling 'dynamic' is not supported", "rope_scaling.type"});
+  j["rope_scaling"] = {{"rope_type", "linear"}};
+  expect_error(j, {"'rope_scaling' has no 'factor'"});
+  j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", -1.0}};
+  expect_error(j, {"'rope_scaling.factor' must be positive"});
+  j["rope_scaling"] = llama32_1b()["rope_scaling"];
+  j["rope_scaling"].erase("original_max_position_embeddings");
+  expect_error(j, {"no 'original_max_position_embeddings'"});
+  j["rope_scaling"] = llama32_1b()["rope_scaling"];
+  j["rope_scaling"]["high_freq_factor"] = 0.5;
+  expect_error(j, {"'rope_scaling.high_freq_factor' (0.5) must exceed 'low_freq_factor' (1)"});
+  j["rope_scaling"] = llama32_1b()["rope_scaling"];
+  j["rope_scaling"]["low_freq_factor"] = "one";
+  expect_error(j, {"'rope_scaling.low_freq_factor' must be a number"});
+  j.erase("rope_scaling");
+  j["rope_parameters"] = {{"rope_type", "yarn"}, {"rope_theta", 5e5}};
+  expect_error(j, {"rope scaling 'yarn' is not supported", "rope_parameters.rope_type"});
   j["rope_parameters"] = 3;
   expect_error(j, {"'rope_parameters' must be an object"});
 }
 
 TEST(HfConfig, UnsupportedArchitecture) {
   json j = qwen3_0_6b();
-  j["architectures"] = {"LlamaForCausalLM"};
-  expect_error(j, {"architecture 'LlamaForCausalLM' is not supported", "Qwen3ForCausalLM",
-                   "Qwen2ForCausalLM"});
+  j["architectures"] = {"GemmaForCausalLM"};
+  expect_error(j, {"architecture 'GemmaForCausalLM' is not supported", "Qwen3ForCausalLM",
+                   "Qwen2ForCausalLM", "LlamaForCausalLM", "MistralForCausalLM"});
   j["architectures"] = json::array();
   expect_error(j, {"'architectures'"});
   j.erase("architectures");

@@ -303,5 +303,50 @@ TEST_F(MakeModelTest, Qwen3_0_6bConfigIsTheRealOne) {
   expect_loads(folder, c);
 }
 
+TEST_F(MakeModelTest, Llama32_1bConfigIsTheRealOne) {
+  MakeModelOptions o;
+  o.preset = "llama3-1b";
+  o.layers = 1;
+  std::string folder = make(o, "l1b");
+  ModelConfig c = load_model_config(folder);
+  EXPECT_EQ(c.architecture, "LlamaForCausalLM");
+  EXPECT_EQ(c.hidden_size, 2048);
+  EXPECT_EQ(c.num_attention_heads, 32);
+  EXPECT_EQ(c.num_key_value_heads, 8);
+  EXPECT_EQ(c.head_dim, 64);
+  EXPECT_EQ(c.intermediate_size, 8192);
+  EXPECT_EQ(c.vocab_size, 128256);
+  EXPECT_EQ(c.max_position_embeddings, 131072);
+  EXPECT_DOUBLE_EQ(c.rope_theta, 5e5);
+  EXPECT_DOUBLE_EQ(c.rms_norm_eps, 1e-5);
+  EXPECT_EQ(c.rope_scaling.type, "llama3");
+  EXPECT_DOUBLE_EQ(c.rope_scaling.factor, 32.0);
+  EXPECT_EQ(c.rope_scaling.original_max_position_embeddings, 8192);
+  EXPECT_TRUE(c.tie_word_embeddings);
+  EXPECT_FALSE(c.qk_norm);
+  EXPECT_FALSE(c.attention_bias);
+  EXPECT_EQ(c.eos_token_ids, std::vector<int>{128001});
+  GenerationConfig g = load_generation_config(folder);
+  EXPECT_EQ(g.eos_token_ids, (std::vector<int>{128001, 128008, 128009}));
+  EXPECT_FLOAT_EQ(*g.temperature, 0.6f);
+  EXPECT_FALSE(g.top_k.has_value());
+  EXPECT_FLOAT_EQ(*g.top_p, 0.9f);
+  expect_loads(folder, c);
+}
+
+TEST_F(MakeModelTest, TinyMistralHasItsWindowAndNoSampling) {
+  MakeModelOptions o;
+  o.preset = "tiny-mistral";
+  std::string folder = make(o, "tm");
+  ModelConfig c = load_model_config(folder);
+  EXPECT_EQ(c.architecture, "MistralForCausalLM");
+  EXPECT_EQ(c.sliding_window, 4096);
+  EXPECT_FALSE(c.tie_word_embeddings);
+  GenerationConfig g = load_generation_config(folder);
+  EXPECT_FALSE(g.temperature.has_value());
+  EXPECT_FALSE(g.top_p.has_value());
+  expect_loads(folder, c);
+}
+
 }  // namespace
 }  // namespace nanovllm

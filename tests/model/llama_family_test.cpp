@@ -1,0 +1,92 @@
+// What the Llama family adds to the Qwen decoder, through the whole engine: llama3 RoPE scaling
+// reaches the output (and the reference forward, written from transformers' own formula, agrees
+// at positions where the scaled frequencies have turned far), and Mistral's sliding window bounds
+// max_model_len with an error that names the fix. The shared paths (logits, greedy tokens, prefix
+// cache, preemption, chunked prefill, TP, the CUDA emulator) run the tiny-llama and tiny-mistral
+// presets in their own suites.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "engine/llm_engine.h"
+#include "model/model_fixture.h"
+#include "reference/reference_model.h"
+#include "util/check.h"
+
+namespace nanovllm {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A copy of `model` whose config.json says rope_scaling = `scaling` (weights linked, not copied).
+std::string with_rope_scaling(const std::string& model, const nlohmann::json& scaling,
+                              const std::string& tag) {
+  const fs::path dir = fs::path(model).string() + "-" + tag;
+  fs::create_directories(dir);
+  test::remove_at_exit(dir);
+  for (const auto& e : fs::directory_iterator(model)) {
+    const fs::path to = dir / e.path().filename();
+    if (e.path().filename() != "config.json" && !fs::exists(to)) fs::create_symlink(e.path(), to);
+  }
+  std::ifstream in(fs::path(model) / "config.json");
+  nlohmann::json config = nlohmann::json::parse(in);
+  config["rope_scaling"] = scaling;
+  std::ofstream(dir / "config.json") << config.dump(2);
+  return dir.string();
+}
+
+// A prompt long enough that llama3's scaled low frequencies have turned by whole radians.
+std::vector<int32_t> long_prompt(int vocab) { return test::random_prompts(1, vocab, 400, 400, 11)[0]; }
+
+TEST(LlamaFamily, Llama3RopeScalingReachesTheOutput) {
+  const std::string model = test::tiny_model("tiny-llama");
+  const std::string plain = with_rope_scaling(model, nullptr, "plain");
+  const std::string linear =
+      with_rope_scaling(model, {{"rope_type", "linear"}, {"factor", 4.0}}, "linear");
+  const std::vector<int32_t> prompt = long_prompt(test::vocab_size(model));
+  std::map<std::string, std::vector<float>> got;
+  for (const std::string& m : {model, plain, linear}) {
+    LLMEngine engine(test::tiny_config(m));
+    got[m] = test::prefill_logits(engine, prompt);
+    // Each scaling against the reference forward on its own config (bf16 storage: the same
+    // rounding points, so only summation order and rare rounding flips differ).
+    const ref::ReferenceModel reference(m, ref::Precision::kBf16Storage);
+    const double err = test::relative_error(got[m], reference.last_logits(prompt));
+    EXPECT_LT(err, 5e-3) << m;
+    std::printf("%s: logit error / max |logit| against the reference %.2e\n",
+                fs::path(m).filename().c_str(), err);
+  }
+  // The scalings change the logits by far more than the engine's error.
+  const double llama3_vs_plain = test::relative_error(got[model], got[plain]);
+  const double linear_vs_plain = test::relative_error(got[linear], got[plain]);
+  std::printf("logit change / max |logit| from the scaling: llama3 %.2e, linear %.2e\n",
+              llama3_vs_plain, linear_vs_plain);
+  EXPECT_GT(llama3_vs_plain, 1e-2);  // measured 2.1e-2: llama3 turns only the low frequencies
+  EXPECT_GT(linear_vs_plain, 1e-2);  // measured 1.7e-1
+}
+
+TEST(LlamaFamily, SlidingWindowBoundsMaxModelLen) {
+  const std::string model = test::tiny_model("tiny-mistral");  // window 4096
+  Config c = test::tiny_config(model);
+  c.max_model_len = 4097;
+  try {
+    LLMEngine engine(c);
+    ADD_FAILURE() << "max_model_len above the sliding window was accepted";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    for (const char* part : {"sliding window of 4096 tokens", "'sliding_window'", "max_model_len 4097",
+                             "--max-model-len 4096"})
+      EXPECT_NE(msg.find(part), std::string::npos) << part << " not in: " << msg;
+  }
+  c.max_model_len = 4096;
+  c.kv_cache_memory = 8 << 20;  // one sequence of 4096 tokens
+  LLMEngine engine(c);
+  EXPECT_EQ(engine.config().max_model_len, 4096);
+}
+
+}  // namespace
+}  // namespace nanovllm
