@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Converts a Hugging Face Qwen3 (or Qwen2) folder in bf16 to a bf16 GGUF file for llama.cpp.
+"""Converts a Hugging Face Qwen3 / Qwen2 / Llama / Mistral folder in bf16 to a bf16 GGUF file for llama.cpp.
 
 A yardstick tool: it lets llama.cpp run the very weights nanovllm runs (scripts/llama_cpp/
 side_by_side.sh). It needs only the standard library, numpy and the `gguf` package found in the
@@ -9,6 +9,11 @@ llama.cpp checkout given (gguf-py/), not torch or transformers.
 
 Weights keep their bf16 bits (GGML type BF16); 1-D tensors (the RMSNorm weights, biases) become
 f32, exactly (bf16 is the top half of an f32), as llama.cpp's own converter does.
+
+Llama and Mistral run on llama.cpp's "llama" architecture, whose RoPE rotates adjacent pairs
+(Meta's layout) where Hugging Face's checkpoints rotate halves: their q_proj / k_proj rows are
+reordered per head back to pairs. llama3 RoPE scaling becomes llama.cpp's rope_freqs tensor (one
+divisor of each frequency).
 """
 
 import argparse
@@ -39,7 +44,8 @@ GLOBAL_NAMES = {
     "model.norm": "output_norm",
     "lm_head": "output",
 }
-ARCHES = {"Qwen3ForCausalLM": "qwen3", "Qwen2ForCausalLM": "qwen2"}
+ARCHES = {"Qwen3ForCausalLM": "qwen3", "Qwen2ForCausalLM": "qwen2", "LlamaForCausalLM": "llama",
+          "MistralForCausalLM": "llama"}
 gguf = None  # the gguf module of the llama.cpp checkout, imported in main()
 
 
@@ -101,6 +107,33 @@ def gguf_name(hf_name):
     if len(parts) == 4 and parts[0] == "model" and parts[1] == "layers" and parts[3] in LAYER_NAMES:
         return f"blk.{int(parts[2])}.{LAYER_NAMES[parts[3]]}.{suffix}"
     return None
+
+
+def halves_to_pairs(w, n_head):
+    """Rows of each head from rotate-half order [x_0 .. x_{d/2-1}, y_0 .. y_{d/2-1}] to adjacent
+    pairs [x_0, y_0, x_1, y_1, ...]: [n_head * d, ...] -> the same shape."""
+    d = w.shape[0] // n_head
+    return w.reshape(n_head, 2, d // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def llama3_rope_divisors(config, head_dim):
+    """llama.cpp's rope_freqs: f_j / divisor_j = transformers' llama3-scaled frequency."""
+    s = config["rope_scaling"]
+    factor, low, high = s["factor"], s["low_freq_factor"], s["high_freq_factor"]
+    old_len = s["original_max_position_embeddings"]
+    theta = float(config.get("rope_theta", 10000.0))
+    out = []
+    for j in range(head_dim // 2):
+        f = theta ** (-2.0 * j / head_dim)
+        wavelen = 2 * np.pi / f
+        if wavelen < old_len / high:
+            out.append(1.0)
+        elif wavelen > old_len / low:
+            out.append(factor)
+        else:
+            smooth = (old_len / wavelen - low) / (high - low)
+            out.append(1.0 / ((1 - smooth) / factor + smooth))
+    return np.array(out, dtype=np.float32)
 
 
 def bf16_to_f32(bits):
@@ -167,8 +200,12 @@ def convert(model_dir, out_path):
     if not archs or archs[0] not in ARCHES:
         die(f"{model_dir}/config.json: architectures {archs}; handled: {sorted(ARCHES)}")
     arch = ARCHES[archs[0]]
-    if config.get("rope_scaling"):
-        die(f"config.json: rope_scaling {config['rope_scaling']} is not handled (plain RoPE only)")
+    scaling = config.get("rope_scaling") or {}
+    rope_type = scaling.get("rope_type", scaling.get("type", "default"))
+    if rope_type not in ("default", "llama3") or (rope_type == "llama3" and arch != "llama"):
+        die(f"config.json: rope_scaling {scaling} is not handled (plain RoPE, or llama3 on Llama)")
+    if config.get("sliding_window") and archs[0] == "MistralForCausalLM":
+        die("config.json: Mistral's sliding_window is not handled")
     hidden = config["hidden_size"]
     n_heads = config["num_attention_heads"]
     head_dim = config.get("head_dim") or hidden // n_heads
@@ -199,7 +236,8 @@ def convert(model_dir, out_path):
 
     tokens, types, merges, tok = load_vocab(model_dir, vocab_size)
     w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("qwen2")  # Qwen2 and Qwen3 share the pre-tokenizer regex
+    # Qwen2 and Qwen3 share the pre-tokenizer regex; Llama 3's is llama.cpp's "llama-bpe".
+    w.add_tokenizer_pre("llama-bpe" if arch == "llama" else "qwen2")
     w.add_token_list(tokens)
     w.add_token_types(types)
     w.add_token_merges(merges)
@@ -213,6 +251,9 @@ def convert(model_dir, out_path):
     w.add_add_bos_token(add_bos)
 
     seen = set()
+    n_kv_heads = config.get("num_key_value_heads", n_heads)
+    if rope_type == "llama3":
+        w.add_tensor("rope_freqs.weight", llama3_rope_divisors(config, head_dim))
     for path in files:
         for name, dtype, arr in safetensors_tensors(path):
             if name == "lm_head.weight" and tied:
@@ -220,6 +261,8 @@ def convert(model_dir, out_path):
             target = gguf_name(name)
             if target is None:
                 die(f"{path.name}: tensor {name} has no llama.cpp name in this converter")
+            if arch == "llama" and (".attn_q." in target or ".attn_k." in target):
+                arr = halves_to_pairs(np.asarray(arr), n_heads if ".attn_q." in target else n_kv_heads)
             if arr.ndim == 1:  # norms, biases: f32 as llama.cpp expects
                 w.add_tensor(target, bf16_to_f32(arr) if dtype == "BF16" else np.asarray(arr))
             elif dtype == "BF16":  # numpy [rows, cols] is GGML's ne = [cols, rows]: no transpose

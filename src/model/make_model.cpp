@@ -319,8 +319,9 @@ void remove_old_weights(const fs::path& out) {
   }
 }
 
-// With a tokenizer, bos/eos follow its special tokens as Qwen's configs do: bos = <|endoftext|>,
-// eos = <|im_end|> (config.json) and [<|im_end|>, <|endoftext|>] (generation_config.json).
+// With a Qwen tokenizer, bos/eos follow its special tokens as Qwen's configs do: bos =
+// <|endoftext|>, eos = <|im_end|> (config.json) and [<|im_end|>, <|endoftext|>]
+// (generation_config.json). Other tokenizers keep the preset's ids (the real model's).
 void use_tokenizer_ids(Preset& p, const std::string& folder, int vocab) {
   const std::string path = (fs::path(folder) / "tokenizer.json").string();
   Tokenizer tok = Tokenizer::from_file(path);
@@ -330,7 +331,16 @@ void use_tokenizer_ids(Preset& p, const std::string& folder, int vocab) {
   }
   const int32_t endoftext = tok.token_to_id("<|endoftext|>");
   const int32_t im_end = tok.token_to_id("<|im_end|>");
-  if (endoftext < 0) fail("{}: no <|endoftext|> token to use as bos/eos", path);
+  if (endoftext < 0) {  // not Qwen's: the preset's ids (Llama 3's, Mistral's) must be its tokens
+    std::vector<int> ids = p.generation_eos;
+    ids.push_back(p.bos_token_id);
+    ids.push_back(p.eos_token_id);
+    for (int id : ids)
+      if (id >= tok.vocab_size())
+        fail("{}: no <|endoftext|> token, and the preset's special id {} is outside its {} ids", path,
+             id, tok.vocab_size());
+    return;
+  }
   p.bos_token_id = endoftext;
   p.eos_token_id = im_end >= 0 ? im_end : endoftext;
   p.generation_eos = {p.eos_token_id};
