@@ -14,9 +14,10 @@ class Tokenizer:
         return self._tok
 
     def encode(self, text, add_special_tokens=True):
-        """Token ids of text; special-token text (e.g. "<|im_end|>") becomes its id. Qwen's
-        tokenizers add no BOS/EOS, so add_special_tokens changes nothing (as in transformers)."""
-        return self._require().encode(text)
+        """Token ids of text; special-token text (e.g. "<|im_end|>") becomes its id.
+        add_special_tokens adds the post-processor's tokens as transformers does (Llama's BOS;
+        Qwen's tokenizers add none)."""
+        return self._require().encode(text, add_special_tokens=add_special_tokens)
 
     def decode(self, token_ids, skip_special_tokens=False):
         return self._require().decode(list(token_ids), skip_special_tokens)
@@ -82,7 +83,7 @@ class Tokenizer:
             text = _cut_after_final_message(text, conversation[-1])
         if not tokenize:
             return text
-        ids = self.encode(text)
+        ids = self.encode(text, add_special_tokens=False)  # the template wrote them
         return {"input_ids": ids, "attention_mask": [1] * len(ids)} if return_dict else ids
 
 

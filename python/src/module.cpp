@@ -64,10 +64,14 @@ void bind_sampling_params(py::module_& m) {
 }
 
 void bind_tokenizer(py::module_& m) {
-  py::class_<Tokenizer>(m, "Tokenizer", "The model's tokenizer.json (byte-level BPE)")
+  py::class_<Tokenizer>(m, "Tokenizer", "The model's tokenizer.json (BPE: byte-level or SentencePiece-style)")
       .def("encode",
-           [](const Tokenizer& t, std::string_view text, bool parse_special) { return t.encode(text, parse_special); },
-           py::arg("text"), py::arg("parse_special") = true, py::call_guard<py::gil_scoped_release>())
+           [](const Tokenizer& t, std::string_view text, bool parse_special, bool add_special_tokens) {
+             return add_special_tokens ? t.encode_with_special_tokens(text, parse_special)
+                                       : t.encode(text, parse_special);
+           },
+           py::arg("text"), py::arg("parse_special") = true, py::arg("add_special_tokens") = false,
+           py::call_guard<py::gil_scoped_release>())
       .def("decode", &Tokenizer::decode, py::arg("ids"), py::arg("skip_special_tokens") = false,
            py::call_guard<py::gil_scoped_release>())
       .def("decode_bytes",

@@ -226,7 +226,8 @@ std::vector<GenerationOutput> LLM::generate(const std::vector<std::string>& prom
   const Tokenizer& tokenizer = engine_->require_tokenizer();
   std::vector<std::vector<int32_t>> ids;
   ids.reserve(prompts.size());
-  for (const std::string& p : prompts) ids.push_back(tokenizer.encode(p));
+  // As nano-vllm's tokenizer.encode(prompt): the post-processor's BOS (Llama) included.
+  for (const std::string& p : prompts) ids.push_back(tokenizer.encode_with_special_tokens(p));
   return generate(ids, params, on_text, on_progress);
 }
 

@@ -45,7 +45,10 @@ void prepare_prompts(DecodedRequest& d, const ModelView& model) {
       d.prompt_texts.push_back(d.req.echo ? model.tokenizer->decode(p.token_ids) : "");
       d.prompt_ids.push_back(std::move(p.token_ids));
     } else {
-      d.prompt_ids.push_back(model.tokenizer->encode(p.text, true, size_t(model.max_model_len)));
+      // A raw prompt gets the post-processor's special tokens (Llama's BOS), as in vLLM; a chat
+      // prompt has them in its rendered text.
+      d.prompt_ids.push_back(
+          model.tokenizer->encode_with_special_tokens(p.text, true, size_t(model.max_model_len)));
       d.prompt_texts.push_back(d.req.echo ? std::move(p.text) : std::string());
     }
   }

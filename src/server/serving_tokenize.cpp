@@ -26,7 +26,10 @@ HttpResponse tokenize_response(std::string_view text_body, const ModelView& mode
   }
   std::vector<int32_t> ids;
   try {
-    ids = model.tokenizer->encode(text);
+    // vLLM's add_special_tokens defaults: true for a prompt, false for messages (the template
+    // writes them).
+    ids = body.contains("messages") ? model.tokenizer->encode(text)
+                                    : model.tokenizer->encode_with_special_tokens(text);
   } catch (const Error& e) {
     bad_request("prompt", "{}", e.what());
   }

@@ -54,8 +54,18 @@ Bpe::Bpe(BpeConfig config, const std::string& where) : config_(std::move(config)
   for (int b = 0; b < 256; ++b) {
     std::string s;
     utf8::append(s, bl.to_char(static_cast<uint8_t>(b)));
-    const auto it = vocab.find(s);
+    const auto it = config_.byte_level ? vocab.find(s) : vocab.end();
     byte_id_[b] = it == vocab.end() ? -1 : it->second;
+    const auto fallback = vocab.find(fmt::format("<0x{:02X}>", b));
+    fallback_id_[b] = fallback == vocab.end() ? -1 : fallback->second;
+  }
+  if (!config_.byte_level) {
+    for (const auto& [token, id] : vocab) {
+      size_t pos = 0;
+      if (token.empty() || utf8::find_invalid(token) != std::string::npos) continue;
+      const char32_t c = utf8::next(token, pos);
+      if (pos == token.size()) char_id_.emplace(c, id);
+    }
   }
 }
 
@@ -97,12 +107,43 @@ void Bpe::initial_symbols(std::string_view bytes, std::vector<int32_t>& ids) con
       utf8::append(c, ByteLevel::get().to_char(b));
       std::vector<int32_t> fallback;
       for (char cb : c) {
-        const auto it = config_.vocab.find(fmt::format("<0x{:02X}>", static_cast<uint8_t>(cb)));
-        if (it == config_.vocab.end()) break;
-        fallback.push_back(it->second);
+        if (fallback_id_[static_cast<uint8_t>(cb)] < 0) break;
+        fallback.push_back(fallback_id_[static_cast<uint8_t>(cb)]);
       }
       if (fallback.size() == c.size()) {
         ids.insert(ids.end(), fallback.begin(), fallback.end());
+        continue;
+      }
+    }
+    if (unk_id_) {
+      if (pending_unk >= 0 && !config_.fuse_unk) ids.push_back(pending_unk);
+      pending_unk = *unk_id_;
+    }
+  }
+  if (pending_unk >= 0) ids.push_back(pending_unk);
+}
+
+// One symbol per code point of valid UTF-8 `text`, with the same rules for characters
+// missing from the vocab as above (byte_fallback spells the character's own UTF-8 bytes).
+// As in Hugging Face, an unk waiting to be fused is emitted only at the next character found
+// in the vocab (or at the end), so it follows any byte-fallback tokens in between.
+void Bpe::initial_char_symbols(std::string_view text, std::vector<int32_t>& ids) const {
+  int32_t pending_unk = -1;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    const size_t begin = pos;
+    const char32_t c = utf8::next(text, pos);
+    if (const auto it = char_id_.find(c); it != char_id_.end()) {
+      if (pending_unk >= 0) ids.push_back(pending_unk);
+      pending_unk = -1;
+      ids.push_back(it->second);
+      continue;
+    }
+    if (config_.byte_fallback) {
+      bool all_present = true;
+      for (size_t i = begin; i < pos; ++i) all_present = all_present && fallback_id_[static_cast<uint8_t>(text[i])] >= 0;
+      if (all_present) {
+        for (size_t i = begin; i < pos; ++i) ids.push_back(fallback_id_[static_cast<uint8_t>(text[i])]);
         continue;
       }
     }
@@ -159,13 +200,13 @@ void Bpe::merge(std::vector<int32_t>& ids) const {
 void Bpe::encode_piece(std::string_view bytes, std::vector<int32_t>& out) const {
   if (bytes.empty()) return;
   if (config_.ignore_merges) {
-    const auto it = config_.vocab.find(ByteLevel::get().encode(bytes));
+    const auto it = config_.vocab.find(config_.byte_level ? ByteLevel::get().encode(bytes) : std::string(bytes));
     if (it != config_.vocab.end()) {
       out.push_back(it->second);
       return;
     }
   }
-  if (bytes.size() == 1 && byte_id_[static_cast<uint8_t>(bytes[0])] >= 0) {
+  if (config_.byte_level && bytes.size() == 1 && byte_id_[static_cast<uint8_t>(bytes[0])] >= 0) {
     out.push_back(byte_id_[static_cast<uint8_t>(bytes[0])]);
     return;
   }
@@ -180,7 +221,11 @@ void Bpe::encode_piece(std::string_view bytes, std::vector<int32_t>& out) const 
   }
   std::vector<int32_t> ids;
   ids.reserve(bytes.size());
-  initial_symbols(bytes, ids);
+  if (config_.byte_level) {
+    initial_symbols(bytes, ids);
+  } else {
+    initial_char_symbols(bytes, ids);
+  }
   merge(ids);
   out.insert(out.end(), ids.begin(), ids.end());
   if (cacheable) {

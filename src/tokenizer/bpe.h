@@ -1,8 +1,13 @@
 #pragma once
-// The BPE model over the byte-level alphabet: a pre-token's bytes start as one symbol per
-// byte and adjacent pairs are merged, lowest merge rank first (leftmost first among equal
-// ranks), until no adjacent pair has a merge. O(n log n) per pre-token: a binary heap of
-// candidate pairs over a doubly linked list of symbols.
+// The BPE model: a pre-token starts as one symbol per character and adjacent pairs are
+// merged, lowest merge rank first (leftmost first among equal ranks), until no adjacent pair
+// has a merge. O(n log n) per pre-token: a binary heap of candidate pairs over a doubly
+// linked list of symbols. Two alphabets:
+//  - byte-level (GPT-2, Qwen, Llama 3): the pre-token's raw bytes, each seen as its
+//    byte-level character (one symbol per byte);
+//  - characters (SentencePiece-style: Llama 2, Mistral, Gemma): the pre-token's code points;
+//    one missing from the vocab becomes its UTF-8 bytes as <0xNN> tokens (byte_fallback),
+//    else the unk token.
 #include <cstdint>
 #include <mutex>
 #include <optional>
@@ -21,6 +26,7 @@ struct BpeConfig {
   bool fuse_unk = false;
   bool byte_fallback = false;  // unknown characters become <0xXX> tokens when all exist
   bool ignore_merges = false;  // a pre-token that is itself in the vocab is one token
+  bool byte_level = true;      // the alphabet (see above)
 };
 
 class Bpe {
@@ -29,8 +35,9 @@ class Bpe {
   // missing unk token.
   Bpe(BpeConfig config, const std::string& where);
 
-  // Appends the ids of one pre-token given as raw bytes (the model sees them byte-level
-  // mapped). Thread-safe; results of short pre-tokens are cached.
+  // Appends the ids of one pre-token: raw bytes (byte-level alphabet: the model sees them
+  // byte-level mapped) or valid UTF-8 (characters). Thread-safe; results of short pre-tokens
+  // are cached.
   void encode_piece(std::string_view bytes, std::vector<int32_t>& out) const;
 
   const std::unordered_map<std::string, int32_t>& vocab() const { return config_.vocab; }
@@ -46,11 +53,14 @@ class Bpe {
   void insert_merge(uint64_t key, int32_t rank, int32_t new_id);
   const MergeEntry* find_merge(int32_t left, int32_t right) const;
   void initial_symbols(std::string_view bytes, std::vector<int32_t>& ids) const;
+  void initial_char_symbols(std::string_view text, std::vector<int32_t>& ids) const;
   void merge(std::vector<int32_t>& ids) const;
 
   BpeConfig config_;
   std::optional<int32_t> unk_id_;
-  int32_t byte_id_[256];  // id of each byte's one-character token, -1 when absent
+  int32_t byte_id_[256];  // byte-level: id of each byte's one-character token, -1 when absent
+  int32_t fallback_id_[256];  // id of each byte's <0xNN> token, -1 when absent
+  std::unordered_map<char32_t, int32_t> char_id_;  // characters: one-character tokens
   // Open-addressing hash table of merges, linear probing, capacity a power of two.
   std::vector<MergeEntry> merges_;
   uint64_t merge_mask_ = 0;

