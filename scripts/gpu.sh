@@ -135,26 +135,43 @@ print(f'{t:,.0f} output tok/s ({n:,.0f} tokens); bound {bound:.2f} s = {best:,.0
       note "bench $mode" FAIL "see bench_$mode.log: $(tail -1 "$out/bench_$mode.log")"
     fi
   done
-  # Greedy tokens of 8 random prompts, scored by transformers' fp32 forward.
-  local args=() i
-  for i in 1 2 3 4 5 6 7 8; do
-    args+=(--prompt-ids "$(python3 -c "import random; random.seed($i); print(','.join(str(random.randint(0, 10000)) for _ in range(random.randint(8, 64))))")")
+  # Greedy tokens of 8 random prompts, scored by transformers' fp32 forward: the Qwen3 folder,
+  # then each other family the engine loads (tiny presets: seconds each).
+  greedy_vs_hf "$model" qwen3-0.6b
+  local p
+  for p in tiny-qwen2 tiny-llama tiny-mistral; do
+    if [ -f ".gpu/models/$p/config.json" ] ||
+        "$bin" make-model --preset "$p" --out ".gpu/models/$p" > "$out/make_model_$p.log" 2>&1; then
+      greedy_vs_hf ".gpu/models/$p" "$p"
+    else
+      note "greedy vs transformers fp32 ($p)" FAIL "make-model: see make_model_$p.log"
+    fi
   done
-  if "$bin" generate --model "$model" --device cuda --temperature 0 --max-tokens 32 --ignore-eos --json "${args[@]}" \
-      > "$out/greedy.json" 2> "$out/greedy.log"; then
-    python3 - "$out/greedy.json" "${args[@]}" > "$out/greedy_results.json" << 'PY'
+}
+
+# greedy_vs_hf MODEL_DIR NAME: 8 random prompts (ids below the vocabulary), 32 greedy tokens on
+# the GPU, scored by hf_compare.py.
+greedy_vs_hf() {
+  local dir=$1 name=$2 args=() i vocab
+  vocab=$(python3 -c "import json; print(json.load(open('$dir/config.json'))['vocab_size'])")
+  for i in 1 2 3 4 5 6 7 8; do
+    args+=(--prompt-ids "$(python3 -c "import random; random.seed($i); print(','.join(str(random.randint(0, min(10000, $vocab - 1))) for _ in range(random.randint(8, 64))))")")
+  done
+  if "$bin" generate --model "$dir" --device cuda --temperature 0 --max-tokens 32 --ignore-eos --json "${args[@]}" \
+      > "$out/greedy_$name.json" 2> "$out/greedy_$name.log"; then
+    python3 - "$out/greedy_$name.json" "${args[@]}" > "$out/greedy_results_$name.json" << 'PY'
 import json, sys
 outs = json.load(open(sys.argv[1]))
 prompts = [[int(t) for t in a.split(",")] for a in sys.argv[2:] if a != "--prompt-ids"]
 print(json.dumps([{"prompt": p, "output": o["token_ids"]} for p, o in zip(prompts, outs)]))
 PY
-    if python3 .gpu/kit/hf_compare.py "$model" "$out/greedy_results.json" > "$out/hf_compare.json" 2> "$out/hf_compare.log"; then
-      note "greedy vs transformers fp32" ok "$(tail -1 "$out/hf_compare.json")"
+    if python3 .gpu/kit/hf_compare.py "$dir" "$out/greedy_results_$name.json" > "$out/hf_compare_$name.json" 2> "$out/hf_compare_$name.log"; then
+      note "greedy vs transformers fp32 ($name)" ok "$(tail -1 "$out/hf_compare_$name.json")"
     else
-      note "greedy vs transformers fp32" FAIL "$(tail -1 "$out/hf_compare.json") $(tail -2 "$out/hf_compare.log")"
+      note "greedy vs transformers fp32 ($name)" FAIL "$(tail -1 "$out/hf_compare_$name.json") $(tail -2 "$out/hf_compare_$name.log")"
     fi
   else
-    note "greedy generate" FAIL "see greedy.log: $(tail -1 "$out/greedy.log")"
+    note "greedy generate ($name)" FAIL "see greedy_$name.log: $(tail -1 "$out/greedy_$name.log")"
   fi
 }
 
