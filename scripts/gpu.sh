@@ -10,8 +10,9 @@
 #   kernels  bench_cuda: copy bandwidth, decode/prefill attention and linear figures
 #   bench  probe.py (copy bandwidth, bf16 GEMM rate, measured now), a qwen3-0.6b model (with
 #          the Qwen3 tokenizer files when .gpu/tokenizer has them), `nanovllm bench --device
-#          cuda` with graphs, with --enforce-eager and with --kv-cache-dtype fp8, and 8 greedy
-#          outputs scored against transformers' fp32 forward (hf_compare.py)
+#          cuda` with graphs, with --enforce-eager and with --kv-cache-dtype fp8, and greedy
+#          outputs of 8 prompts scored against transformers' fp32 forward (hf_compare.py) on
+#          that folder and on tiny-qwen2, tiny-llama and tiny-mistral
 #   peer   nano-vllm (.gpu/nano-vllm, its flash-attn stand-in checked first by check_shim.py)
 #          beside us on the same folder and workload: 3 interleaved rounds of nano-vllm, ours
 #          with a bf16 KV cache and ours with fp8; medians and ratios (about 7 minutes)

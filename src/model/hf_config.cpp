@@ -84,14 +84,11 @@ std::vector<int> eos_ids(const json& obj, const std::string& path) {
   return ids;
 }
 
-// A positive finite number field of a rope scaling object.
+// A required positive finite number field of a rope scaling object.
 double scaling_number(const json& obj, const char* name, const std::string& path,
-                      const std::string& where, bool required, double fallback) {
+                      const std::string& where) {
   const json* v = field(obj, name);
-  if (!v) {
-    if (required) fail("{}: field '{}' has no '{}' (needed by its rope type)", path, where, name);
-    return fallback;
-  }
+  if (!v) fail("{}: field '{}' has no '{}' (needed by its rope type)", path, where, name);
   const std::string full = where + "." + name;
   const double x = as_number(*v, path, full);
   if (!(x > 0) || !std::isfinite(x)) fail("{}: field '{}' must be positive, got {}", path, full, x);
@@ -117,10 +114,10 @@ std::optional<RopeScaling> parse_rope_scaling(const json& obj, const std::string
     fail("{}: rope scaling '{}' is not supported (field '{}.{}'; supported: default, linear, "
          "llama3)",
          path, r.type, where, key);
-  r.factor = scaling_number(obj, "factor", path, where, true, 1.0);
+  r.factor = scaling_number(obj, "factor", path, where);
   if (r.type == "llama3") {
-    r.low_freq_factor = scaling_number(obj, "low_freq_factor", path, where, true, 1.0);
-    r.high_freq_factor = scaling_number(obj, "high_freq_factor", path, where, true, 4.0);
+    r.low_freq_factor = scaling_number(obj, "low_freq_factor", path, where);
+    r.high_freq_factor = scaling_number(obj, "high_freq_factor", path, where);
     if (!(r.high_freq_factor > r.low_freq_factor))
       fail("{}: field '{}.high_freq_factor' ({}) must exceed 'low_freq_factor' ({})", path, where,
            r.high_freq_factor, r.low_freq_factor);

@@ -273,8 +273,6 @@ ojson config_json(const Preset& p, const MakeModelOptions& o, const std::string&
             {"low_freq_factor", p.rope_scaling.low_freq_factor},
             {"original_max_position_embeddings", p.rope_scaling.original_max_position_embeddings},
             {"rope_type", "llama3"}};
-  } else if (p.rope_scaling.type == "linear") {
-    rope = {{"factor", p.rope_scaling.factor}, {"rope_type", "linear"}};
   }
   ojson j;
   j["architectures"] = {arch};
