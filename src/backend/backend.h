@@ -31,6 +31,14 @@ struct LinearWeight {
   Tensor data;    // the backend's view of storage
 };
 
+// The experts of one sparse MoE layer (Qwen3-MoE, Mixtral): expert e computes
+// down[e](silu(x @ gate[e]^T) * (x @ up[e]^T)) (nano-vllm's packed gate_up, per expert).
+struct MoeWeights {
+  std::vector<LinearWeight> gate_up;  // E x [2 I, H]: gate rows, then up rows
+  std::vector<LinearWeight> down;     // E x [H, I]
+  int num_experts() const { return int(gate_up.size()); }
+};
+
 // The paged KV cache of one layer: k and v each [num_blocks, block_size, Hkv, D], bf16 or
 // F8E4M3 (Config::kv_cache_dtype fp8). fp8 stores the code of x / scale (runtime/fp8.h: nearest
 // even, saturating at 448) and reads code * scale; bf16 ignores the scales.
@@ -133,6 +141,16 @@ class Backend {
   // One query per sequence over context_lens[b] cached keys.  q: act [B, Hq, D]; out: act [B, Hq, D].
   virtual void attention_decode(Tensor out, Tensor q, const LayerKVCache& cache,
                                 const ForwardBatch& batch, float scale) = 0;
+  // Sparse MoE block (vLLM's fused_moe) over the router's logits, per token t:
+  //   p = softmax(router_logits[t]) (f32); the top_k experts by p (ties: the lower index);
+  //   w_j = p of the j-th of them, divided by their sum when renormalize;
+  //   out[t] = sum_j w_j * expert_j(x[t])  (runtime/moe_routing.h gives the routing rule).
+  // x: act [T, H] contiguous rows; router_logits: f32 [T, E]; out: act [T, H], not aliasing x.
+  // A backend without expert kernels throws Error naming itself.
+  virtual void fused_moe(Tensor out, Tensor x, Tensor router_logits, const MoeWeights& experts,
+                         int top_k, bool renormalize) {
+    fail("{} does not run mixture-of-experts models yet: use --device cpu", describe());
+  }
   // out[b] = x[indices[b]]   x: act [T, H]; indices: i32 [B]; out: act [B, H]
   virtual void gather_rows(Tensor out, Tensor x, Tensor indices) = 0;
   // Next token per sequence from logits f32 [B, V] with the batch's sampling fields

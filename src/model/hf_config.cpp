@@ -19,7 +19,8 @@ namespace {
 using json = nlohmann::json;
 
 constexpr const char* kSupported =
-    "Qwen3ForCausalLM, Qwen2ForCausalLM, LlamaForCausalLM, MistralForCausalLM";
+    "Qwen3ForCausalLM, Qwen2ForCausalLM, LlamaForCausalLM, MistralForCausalLM, Qwen3MoeForCausalLM, "
+    "MixtralForCausalLM";
 
 
 // Python's json module (which transformers uses) keeps the last of duplicate keys, as nlohmann
@@ -162,7 +163,53 @@ void parse_rope(const json& j, const std::string& path, ModelConfig& c) {
   if (scaling) c.rope_scaling = *scaling;
 }
 
+// An optional integer field, `fallback` when absent (transformers' config-class default).
+int int_or(const json& obj, const char* name, const std::string& path, int fallback) {
+  const json* v = field(obj, name);
+  return v ? as_int(*v, path, name) : fallback;
+}
+
+// The expert fields, with the defaults of transformers' Qwen3MoeConfig / MixtralConfig.
+void parse_moe(const json& j, const std::string& path, bool mixtral, ModelConfig& c) {
+  const char* experts_key = mixtral ? "num_local_experts" : "num_experts";
+  c.num_experts = int_or(j, experts_key, path, mixtral ? 8 : 128);
+  c.num_experts_per_tok = int_or(j, "num_experts_per_tok", path, mixtral ? 2 : 8);
+  if (c.num_experts <= 0) fail("{}: field '{}' must be positive, got {}", path, experts_key, c.num_experts);
+  if (c.num_experts_per_tok <= 0 || c.num_experts_per_tok > c.num_experts)
+    fail("{}: field 'num_experts_per_tok' ({}) must be in [1, {}] ('{}')", path,
+         c.num_experts_per_tok, c.num_experts, experts_key);
+  if (mixtral) {  // every layer sparse, experts of intermediate_size, always renormalized
+    c.moe_intermediate_size = c.intermediate_size;
+    c.norm_topk_prob = true;
+    return;
+  }
+  c.moe_intermediate_size = int_or(j, "moe_intermediate_size", path, 768);
+  if (c.moe_intermediate_size <= 0)
+    fail("{}: field 'moe_intermediate_size' must be positive, got {}", path, c.moe_intermediate_size);
+  if (const json* v = field(j, "norm_topk_prob")) c.norm_topk_prob = as_bool(*v, path, "norm_topk_prob");
+  c.decoder_sparse_step = int_or(j, "decoder_sparse_step", path, 1);
+  if (c.decoder_sparse_step <= 0)
+    fail("{}: field 'decoder_sparse_step' must be positive, got {}", path, c.decoder_sparse_step);
+  if (const json* v = field(j, "mlp_only_layers")) {
+    if (!v->is_array()) fail("{}: field 'mlp_only_layers' must be a list of layer indices, got {}", path, json_brief(*v));
+    for (const json& x : *v) {
+      const int layer = as_int(x, path, "mlp_only_layers");
+      if (layer < 0 || layer >= c.num_hidden_layers)
+        fail("{}: field 'mlp_only_layers' holds {}, outside [0, {}) ('num_hidden_layers')", path,
+             layer, c.num_hidden_layers);
+      c.mlp_only_layers.push_back(layer);
+    }
+  }
+}
+
 }  // namespace
+
+bool ModelConfig::is_sparse_layer(int i) const {
+  if (num_experts <= 0 || (i + 1) % decoder_sparse_step != 0) return false;
+  for (int l : mlp_only_layers)
+    if (l == i) return false;
+  return true;
+}
 
 ModelConfig parse_model_config(const std::string& json_text, const std::string& path) {
   json j = parse_object(json_text, path);
@@ -174,9 +221,12 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
     fail("{}: field 'architectures' must be a non-empty list of strings, got {}", path,
          json_brief(*archs));
   c.architecture = (*archs)[0].get<std::string>();
-  const bool qwen3 = c.architecture == "Qwen3ForCausalLM";
+  // Qwen3-MoE has Qwen3's attention, Mixtral Mistral's; their MLPs are parse_moe's.
+  const bool qwen3_moe = c.architecture == "Qwen3MoeForCausalLM";
+  const bool mixtral = c.architecture == "MixtralForCausalLM";
+  const bool qwen3 = c.architecture == "Qwen3ForCausalLM" || qwen3_moe;
   const bool qwen2 = c.architecture == "Qwen2ForCausalLM";
-  const bool mistral = c.architecture == "MistralForCausalLM";
+  const bool mistral = c.architecture == "MistralForCausalLM" || mixtral;
   const bool llama = c.architecture == "LlamaForCausalLM";
   if (!qwen3 && !qwen2 && !mistral && !llama)
     fail("{}: architecture '{}' is not supported (field 'architectures'; supported: {})", path,
@@ -243,6 +293,7 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
     c.torch_dtype = v->get<std::string>();
   }
   c.eos_token_ids = eos_ids(j, path);
+  if (qwen3_moe || mixtral) parse_moe(j, path, mixtral, c);
   if (const json* q = field(j, "quantization_config")) c.quantization_config = parse_quantization_config(*q, path);
   for (int id : c.eos_token_ids)
     if (id >= c.vocab_size)

@@ -21,7 +21,9 @@ struct RopeScaling {
 };
 
 // The fields of config.json the engine uses. Supported: Qwen3ForCausalLM, Qwen2ForCausalLM,
-// LlamaForCausalLM, MistralForCausalLM (the same dense decoder: flags below tell them apart).
+// LlamaForCausalLM, MistralForCausalLM (the same dense decoder: flags below tell them apart), and
+// the sparse mixtures of experts Qwen3MoeForCausalLM (Qwen3's attention) and MixtralForCausalLM
+// (Mistral's), whose MLPs are num_experts experts behind a router.
 struct ModelConfig {
   std::string architecture;           // one of the supported names above
   int hidden_size = 0;
@@ -44,11 +46,27 @@ struct ModelConfig {
   std::vector<int> eos_token_ids;     // config.json eos_token_id (int or list)
   // quantization_config: the checkpoint's own quantized linears (fp8 / awq / gptq); none if absent
   CheckpointQuantization quantization_config;
+
+  // Mixture of experts (num_experts 0: a dense model). A sparse layer's MLP is the router
+  // (gate [E, H]) and E experts of intermediate moe_intermediate_size; each token runs the top
+  // num_experts_per_tok experts of softmax(router logits), weighted by their probabilities,
+  // renormalized to sum 1 when norm_topk_prob (Mixtral: always).
+  int num_experts = 0;                 // Qwen3-MoE num_experts, Mixtral num_local_experts
+  int num_experts_per_tok = 0;
+  int moe_intermediate_size = 0;       // Mixtral: intermediate_size
+  bool norm_topk_prob = false;
+  int decoder_sparse_step = 1;         // Qwen3-MoE: layer i is sparse when (i + 1) % step == 0
+  std::vector<int> mlp_only_layers;    // Qwen3-MoE: layers kept dense (intermediate_size)
+
+  bool is_moe() const { return num_experts > 0; }
+  // Whether layer i's MLP is the sparse block (transformers' Qwen3MoeDecoderLayer rule).
+  bool is_sparse_layer(int i) const;
 };
 
 // Reads and validates <folder>/config.json. Throws Error naming the file and the field for a
 // missing/invalid field, an unsupported architecture, rope scaling other than default / linear /
-// llama3, mlp_bias, or a quantization_config that model/quantization_config.h does not support.
+// llama3, mlp_bias, expert counts that do not fit (num_experts_per_tok > num_experts, ...), or a
+// quantization_config that model/quantization_config.h does not support.
 ModelConfig load_model_config(const std::string& folder);
 // The same from JSON text (path is used in error messages).
 ModelConfig parse_model_config(const std::string& json_text, const std::string& path);

@@ -13,6 +13,7 @@
 #include "model/checkpoint_quantizer.h"
 #include "model/hf_config.h"
 #include "model/safetensors.h"
+#include "model/weights.h"
 #include "util/check.h"
 
 namespace nanovllm {
@@ -37,6 +38,11 @@ struct Preset {
   int top_k;                 // 0: not written
   RopeScaling rope_scaling = {};
   int sliding_window = 0;    // Mistral's; 0: null
+  // Mixture of experts (Qwen3-MoE, Mixtral); num_experts 0: dense.
+  int num_experts = 0, experts_per_tok = 0;
+  int moe_intermediate = 0;           // Qwen3-MoE's moe_intermediate_size (Mixtral: intermediate)
+  bool norm_topk_prob = false;        // Qwen3-MoE
+  std::vector<int> mlp_only_layers = {};  // Qwen3-MoE: dense layers among the sparse ones
 };
 
 Preset find_preset(const std::string& name) {
@@ -101,8 +107,32 @@ Preset find_preset(const std::string& name) {
   if (name == "mistral-7b")  // Mistral 7B v0.3
     return {"MistralForCausalLM", 32, 4096, 32, 8, 128, 14336, 32768, 32768, 1e6, 1e-5, false,
             std::nullopt,         1,  2,    {2}, -1.0f, 1.0f, 0};
+  // Qwen3-MoE with tiny shapes: 16 experts of which 4 run per token (a decode batch leaves most
+  // of them with 0-2 tokens, as the real 128 / 8 do), and its middle layer dense (mlp_only_layers)
+  // so both kinds of MLP meet in one model.
+  if (name == "qwen3-moe-tiny") {
+    Preset p{"Qwen3MoeForCausalLM", 3,  64, 4,        2,    32,    128, 512, 32768, 1e6, 1e-6, false,
+             std::nullopt,          -2, -1, {-1, -2}, 0.6f, 0.95f, 20};
+    p.num_experts = 16, p.experts_per_tok = 4, p.moe_intermediate = 32, p.norm_topk_prob = true;
+    p.mlp_only_layers = {1};
+    return p;
+  }
+  if (name == "qwen3-30b-a3b") {  // Qwen/Qwen3-30B-A3B (--layers for fewer of its 48 layers)
+    Preset p{"Qwen3MoeForCausalLM", 48,     2048,   32,      4,    128,
+             6144,                  151936, 40960,  1e6,     1e-6, false,
+             std::nullopt,          151643, 151645, {151645, 151643},
+             0.6f,                  0.95f,  20};
+    p.num_experts = 128, p.experts_per_tok = 8, p.moe_intermediate = 768, p.norm_topk_prob = true;
+    return p;
+  }
+  if (name == "tiny-mixtral") {  // Mixtral's router (top 2 of 8, always renormalized), untied
+    Preset p{"MixtralForCausalLM", 2,  64, 4,    2,     32,   64, 512, 32768, 1e6, 1e-5, false,
+             std::nullopt,         -2, -1, {-1}, -1.0f, 1.0f, 0};
+    p.num_experts = 8, p.experts_per_tok = 2, p.moe_intermediate = 64;
+    return p;
+  }
   fail("make-model: unknown preset '{}' (presets: tiny, tiny-qwen2, tiny-llama, tiny-mistral, "
-       "qwen3-0.6b, llama3-1b, mistral-7b)",
+       "qwen3-moe-tiny, tiny-mixtral, qwen3-0.6b, llama3-1b, mistral-7b, qwen3-30b-a3b)",
        name);
 }
 
@@ -246,6 +276,16 @@ std::vector<WeightSpec> weight_specs(const ModelConfig& c) {
     }
     linear(p + "self_attn.o_proj.weight", h, q);
     add(p + "post_attention_layernorm.weight", {h}, 1, 0.1f);
+    if (c.is_sparse_layer(i)) {  // router logits ~N(0, 1) per expert
+      linear(router_tensor_name(c, i), c.num_experts, h);
+      for (int e = 0; e < c.num_experts; ++e) {
+        const ExpertNames n = expert_tensor_names(c, i, e);
+        linear(n.gate, c.moe_intermediate_size, h);
+        linear(n.up, c.moe_intermediate_size, h);
+        linear(n.down, h, c.moe_intermediate_size);
+      }
+      continue;
+    }
     linear(p + "mlp.gate_proj.weight", inter, h);
     linear(p + "mlp.up_proj.weight", inter, h);
     linear(p + "mlp.down_proj.weight", h, inter);
@@ -264,8 +304,13 @@ void write_json(const std::string& path, const ojson& j) {
 
 ojson config_json(const Preset& p, const MakeModelOptions& o, const std::string& arch,
                   bool qkv_bias, int head_dim, bool tie) {
-  const bool qwen3 = arch == "Qwen3ForCausalLM", qwen2 = arch == "Qwen2ForCausalLM";
-  const bool mistral = arch == "MistralForCausalLM";
+  const bool qwen3_moe = arch == "Qwen3MoeForCausalLM", mixtral = arch == "MixtralForCausalLM";
+  const bool qwen3 = arch == "Qwen3ForCausalLM" || qwen3_moe, qwen2 = arch == "Qwen2ForCausalLM";
+  const bool mistral = arch == "MistralForCausalLM" || mixtral;
+  if ((qwen3_moe || mixtral) != (p.num_experts > 0))
+    fail("make-model: architecture '{}' with preset '{}' ({} experts): MoE architectures take the "
+         "MoE presets (qwen3-moe-tiny, tiny-mixtral, qwen3-30b-a3b) and no others",
+         arch, o.preset, p.num_experts);
   ojson rope = nullptr;
   if (p.rope_scaling.type == "llama3") {
     rope = {{"factor", p.rope_scaling.factor},
@@ -279,6 +324,7 @@ ojson config_json(const Preset& p, const MakeModelOptions& o, const std::string&
   j["attention_bias"] = qkv_bias;
   j["attention_dropout"] = 0.0;
   j["bos_token_id"] = p.bos_token_id;
+  if (qwen3_moe) j["decoder_sparse_step"] = 1;
   j["eos_token_id"] = p.eos_token_id;
   if (head_dim > 0) j["head_dim"] = head_dim;
   j["hidden_act"] = "silu";
@@ -288,14 +334,26 @@ ojson config_json(const Preset& p, const MakeModelOptions& o, const std::string&
   j["max_position_embeddings"] = p.max_position_embeddings;
   if (qwen3 || qwen2) j["max_window_layers"] = o.layers.value_or(p.layers);
   if (!qwen3 && !qwen2 && !mistral) j["mlp_bias"] = false;
-  j["model_type"] = qwen3 ? "qwen3" : qwen2 ? "qwen2" : mistral ? "mistral" : "llama";
+  if (qwen3_moe) j["mlp_only_layers"] = p.mlp_only_layers;
+  j["model_type"] = qwen3_moe ? "qwen3_moe" : mixtral ? "mixtral" : qwen3 ? "qwen3" : qwen2 ? "qwen2"
+                    : mistral ? "mistral" : "llama";
+  if (qwen3_moe) {
+    j["moe_intermediate_size"] = p.moe_intermediate;
+    j["norm_topk_prob"] = p.norm_topk_prob;
+  }
   j["num_attention_heads"] = o.heads.value_or(p.heads);
+  if (qwen3_moe) j["num_experts"] = p.num_experts;
+  if (qwen3_moe || mixtral) j["num_experts_per_tok"] = p.experts_per_tok;
   j["num_hidden_layers"] = o.layers.value_or(p.layers);
   j["num_key_value_heads"] = o.kv_heads.value_or(p.kv_heads);
+  if (mixtral) j["num_local_experts"] = p.num_experts;
+  if (qwen3_moe || mixtral) j["output_router_logits"] = false;
   if (!qwen3 && !qwen2 && !mistral) j["pretraining_tp"] = 1;
   j["rms_norm_eps"] = p.rms_norm_eps;
   j["rope_scaling"] = rope;
   j["rope_theta"] = p.rope_theta;
+  if (qwen3_moe || mixtral) j["router_aux_loss_coef"] = qwen3_moe ? 0.001 : 0.02;
+  if (mixtral) j["router_jitter_noise"] = 0.0;
   if (qwen3 || qwen2 || mistral)
     j["sliding_window"] = p.sliding_window > 0 ? ojson(p.sliding_window) : ojson(nullptr);
   j["tie_word_embeddings"] = tie;
@@ -370,10 +428,11 @@ void make_model(const MakeModelOptions& o) {
   if (!o.tokenizer.empty()) use_tokenizer_ids(p, o.tokenizer, vocab);
   const std::string arch = o.architecture.empty() ? p.architecture : o.architecture;
   if (arch != "Qwen3ForCausalLM" && arch != "Qwen2ForCausalLM" && arch != "LlamaForCausalLM" &&
-      arch != "MistralForCausalLM")
+      arch != "MistralForCausalLM" && arch != "Qwen3MoeForCausalLM" && arch != "MixtralForCausalLM")
     fail(
         "make-model: architecture '{}' is not supported (supported: Qwen3ForCausalLM, "
-        "Qwen2ForCausalLM, LlamaForCausalLM, MistralForCausalLM)",
+        "Qwen2ForCausalLM, LlamaForCausalLM, MistralForCausalLM, Qwen3MoeForCausalLM, "
+        "MixtralForCausalLM)",
         arch);
   const bool qwen2 = arch == "Qwen2ForCausalLM";
   const bool qkv_bias = o.qkv_bias.value_or(p.qkv_bias.value_or(qwen2));

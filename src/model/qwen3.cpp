@@ -56,14 +56,19 @@ void Qwen3Model::reserve(int max_tokens, int max_seqs) {
   NV_CHECK(!workspace_.data(), "the workspace is allocated once");
   NV_CHECK(max_tokens >= 1 && max_seqs >= 1, "reserve({}, {})", max_tokens, max_seqs);
   const int64_t T = max_tokens, B = max_seqs;
-  const int64_t H = config_.hidden_size, D = config_.head_dim, I = config_.intermediate_size;
+  const int64_t H = config_.hidden_size, D = config_.head_dim;
+  int64_t I = 0;  // the dense MLP's buffers: none when every layer is sparse
+  for (int i = 0; i < config_.num_hidden_layers; ++i)
+    if (!config_.is_sparse_layer(i)) I = config_.intermediate_size;
   const int64_t qkv = int64_t(config_.num_attention_heads + 2 * config_.num_key_value_heads) * D;
   const int64_t q = int64_t(config_.num_attention_heads) * D;
   const DType act = backend_.activation_dtype();
   const int64_t a = int64_t(dtype_size(act));
   const int64_t R = kMaxLogitRows;
-  const int64_t bytes = 64 * 11 + a * (T * (2 * H + qkv + q + 3 * I) + B * H + R * H) +
-                        4 * (B + R) * int64_t(config_.vocab_size) + 4 * R;
+  const int64_t E = config_.num_experts;  // MoE: router logits f32 [T, E] and the block's output
+  const int64_t bytes = 64 * 13 + a * (T * (2 * H + qkv + q + 3 * I) + B * H + R * H) +
+                        4 * (B + R) * int64_t(config_.vocab_size) + 4 * R +
+                        (E > 0 ? 4 * T * E + a * T * H : 0);
   workspace_ = backend_.alloc(size_t(bytes));
   char* cursor = static_cast<char*>(workspace_.data());
   const DeviceKind dev = backend_.device();
@@ -78,6 +83,10 @@ void Qwen3Model::reserve(int max_tokens, int max_seqs) {
   row_ids_ = carve(cursor, DType::I32, {R}, dev);
   row_hidden_ = carve(cursor, act, {R, H}, dev);
   row_logits_ = carve(cursor, DType::F32, {R, config_.vocab_size}, dev);
+  if (E > 0) {
+    router_logits_ = carve(cursor, DType::F32, {T, E}, dev);
+    moe_out_ = carve(cursor, act, {T, H}, dev);
+  }
   mixed_.reserve(backend_, max_seqs);
   capacity_tokens_ = int(T);
   capacity_seqs_ = int(B);
@@ -171,10 +180,21 @@ void Qwen3Model::attention(int layer, const ForwardBatch& batch, const LayerKVCa
   backend_.all_reduce(hidden);  // tensor parallel: sum the ranks' partial products
 }
 
-// hidden [T, H] -> hidden = down(silu(gate(hidden)) * up(hidden))
+// hidden [T, H] -> hidden = down(silu(gate(hidden)) * up(hidden)); a sparse layer: the sum of
+// its top-k experts' outputs, weighted by the router (Backend::fused_moe).
 void Qwen3Model::mlp(int layer, Tensor hidden) {
   const LayerWeights& l = weights_.layers[layer];
   const int64_t T = hidden.size(0);
+  if (l.router.n) {
+    Tensor logits = router_logits_.slice_rows(0, T);  // f32 [T, E] = hidden @ router^T
+    backend_.linear(logits, hidden, l.router, nullptr);
+    Tensor out = moe_out_.slice_rows(0, T);            // [T, H]
+    backend_.fused_moe(out, hidden, logits, l.experts, config_.num_experts_per_tok,
+                       config_.norm_topk_prob);
+    backend_.copy(hidden, out);
+    backend_.all_reduce(hidden);  // tensor parallel: each rank ran its slice of every expert
+    return;
+  }
   Tensor gate_up = gate_up_.slice_rows(0, T);  // [T, 2 I]
   Tensor act = mlp_act_.slice_rows(0, T);      // [T, I]
   backend_.linear(gate_up, hidden, l.gate_up_proj, nullptr);

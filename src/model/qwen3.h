@@ -3,7 +3,8 @@
 // interface (named after nano-vllm's qwen3.py). Qwen3: per-head RMSNorm of q and k before RoPE.
 // Qwen2: q/k/v biases, no q/k norm. Llama / Mistral: neither (biases where attention_bias says),
 // RoPE frequencies scaled as rope_scaling says (linear, llama3), Mistral's window refused past
-// max_model_len by the engine.
+// max_model_len by the engine. Qwen3-MoE / Mixtral: the same layers, with sparse MoE blocks
+// (router + fused_moe) where config.is_sparse_layer says.
 #include <vector>
 
 #include "backend/backend.h"
@@ -61,6 +62,8 @@ class Qwen3Model {
   Tensor row_ids_;          // i32 [R] (R = kMaxLogitRows): row_logits' rows
   Tensor row_hidden_;       // act [R, H]
   Tensor row_logits_;       // f32 [R, V]
+  Tensor router_logits_;    // f32 [T, E] (MoE models only)
+  Tensor moe_out_;          // act [T, H] (MoE models only): fused_moe's output
   MixedBatch mixed_;        // a mixed step's attention sub-batches
 };
 

@@ -141,6 +141,10 @@ ModelConfig shard_config(const ModelConfig& full, int tp) {
     fail("tensor parallelism: intermediate_size {} is not divisible by tensor_parallel_size {}",
          full.intermediate_size, tp);
   }
+  if (full.is_moe() && full.moe_intermediate_size % tp != 0) {
+    fail("tensor parallelism: moe_intermediate_size {} is not divisible by tensor_parallel_size {}",
+         full.moe_intermediate_size, tp);
+  }
   if (full.vocab_size % tp != 0) {
     fail("tensor parallelism: vocab_size {} is not divisible by tensor_parallel_size {}", full.vocab_size, tp);
   }
@@ -148,6 +152,7 @@ ModelConfig shard_config(const ModelConfig& full, int tp) {
   c.num_attention_heads = hq / tp;
   c.num_key_value_heads = hkv >= tp ? hkv / tp : 1;
   c.intermediate_size = full.intermediate_size / tp;
+  c.moe_intermediate_size = full.moe_intermediate_size / tp;
   c.vocab_size = full.vocab_size / tp;
   return c;
 }
@@ -192,10 +197,21 @@ ModelWeights load_weights_shard(const Checkpoint& ckpt, const ModelConfig& c, Tp
     }
     l.o_proj = load.linear_cols(p + "self_attn.o_proj.weight", H, hq * D, h.q_begin * D,
                                 h.q_count * D, quant);
-    l.gate_up_proj = load.linear_rows({{p + "mlp.gate_proj.weight", I, s.rank * i_local, i_local},
-                                       {p + "mlp.up_proj.weight", I, s.rank * i_local, i_local}},
-                                      H, quant);
-    l.down_proj = load.linear_cols(p + "mlp.down_proj.weight", H, I, s.rank * i_local, i_local, quant);
+    if (c.is_sparse_layer(i)) {  // the router whole; each expert's intermediate split as a dense MLP's
+      const int64_t E = c.num_experts, Ie = c.moe_intermediate_size, ie = local.moe_intermediate_size;
+      l.router = load.linear_rows({{router_tensor_name(c, i), E, 0, E}}, H, {});
+      for (int e = 0; e < c.num_experts; ++e) {
+        const ExpertNames n = expert_tensor_names(c, i, e);
+        l.experts.gate_up.push_back(
+            load.linear_rows({{n.gate, Ie, s.rank * ie, ie}, {n.up, Ie, s.rank * ie, ie}}, H, quant));
+        l.experts.down.push_back(load.linear_cols(n.down, H, Ie, s.rank * ie, ie, quant));
+      }
+    } else {
+      l.gate_up_proj = load.linear_rows({{p + "mlp.gate_proj.weight", I, s.rank * i_local, i_local},
+                                         {p + "mlp.up_proj.weight", I, s.rank * i_local, i_local}},
+                                        H, quant);
+      l.down_proj = load.linear_cols(p + "mlp.down_proj.weight", H, I, s.rank * i_local, i_local, quant);
+    }
     l.input_layernorm = load.vector(load.rows(p + "input_layernorm.weight", H, 0, 0, H));
     l.post_attention_layernorm = load.vector(load.rows(p + "post_attention_layernorm.weight", H, 0, 0, H));
     if (c.qk_norm) {

@@ -7,6 +7,9 @@
 //   o_proj                 row-parallel: the input columns of those query heads;
 //   gate/up_proj           column-parallel: intermediate rows [r I/tp, (r+1) I/tp);
 //   down_proj              row-parallel: the same intermediate columns;
+//   MoE experts            each expert as a dense MLP: gate/up rows and down columns
+//                          [r I_moe/tp, (r+1) I_moe/tp) (every rank runs every expert on its
+//                          slice; the router is replicated, so all ranks route alike);
 //   embed_tokens, lm_head  vocab-parallel: vocab rows [r V/tp, (r+1) V/tp) (nano-vllm's
 //                          VocabParallelEmbedding / ParallelLMHead); tied: the one slice of
 //                          embed_tokens serves as both (read and stored once);
@@ -29,7 +32,7 @@ struct TpShard {
 };
 
 // The config one rank's model runs with: num_attention_heads, num_key_value_heads,
-// intermediate_size and vocab_size (its lm_head rows) divided as above; everything else equal.
+// intermediate_size, moe_intermediate_size and vocab_size (its lm_head rows) divided as above; everything else equal.
 // Throws Error naming the field that does not divide, before any weight is read.
 ModelConfig shard_config(const ModelConfig& full, int tp_size);
 

@@ -115,6 +115,20 @@ class Loader {
 
 }  // namespace
 
+std::string router_tensor_name(const ModelConfig& c, int layer) {
+  const bool mixtral = c.architecture == "MixtralForCausalLM";
+  return fmt::format("model.layers.{}.{}.gate.weight", layer, mixtral ? "block_sparse_moe" : "mlp");
+}
+
+ExpertNames expert_tensor_names(const ModelConfig& c, int layer, int expert) {
+  if (c.architecture == "MixtralForCausalLM") {
+    const std::string p = fmt::format("model.layers.{}.block_sparse_moe.experts.{}.", layer, expert);
+    return {p + "w1.weight", p + "w3.weight", p + "w2.weight"};
+  }
+  const std::string p = fmt::format("model.layers.{}.mlp.experts.{}.", layer, expert);
+  return {p + "gate_proj.weight", p + "up_proj.weight", p + "down_proj.weight"};
+}
+
 Tensor upload_small_bf16(Backend& backend, ModelWeights& w, const std::vector<uint16_t>& v) {
   Buffer buf = backend.alloc(v.size() * 2);
   Tensor t = buf.as(DType::BF16, {int64_t(v.size())});
@@ -156,8 +170,18 @@ ModelWeights load_weights(const Checkpoint& checkpoint, const ModelConfig& c, Ba
           {q_rows, kv_rows, kv_rows});
     }
     l.o_proj = load.proj({p + "self_attn.o_proj.weight"}, {H}, q_rows, quant, stored);
-    l.gate_up_proj = load.proj({p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"}, {I, I}, H, quant, stored);
-    l.down_proj = load.proj({p + "mlp.down_proj.weight"}, {H}, I, quant, stored);
+    if (c.is_sparse_layer(i)) {
+      const int64_t E = c.num_experts, Ie = c.moe_intermediate_size;
+      l.router = load.proj({router_tensor_name(c, i)}, {E}, H, {}, stored);
+      for (int e = 0; e < c.num_experts; ++e) {
+        const ExpertNames n = expert_tensor_names(c, i, e);
+        l.experts.gate_up.push_back(load.proj({n.gate, n.up}, {Ie, Ie}, H, quant, stored));
+        l.experts.down.push_back(load.proj({n.down}, {H}, Ie, quant, stored));
+      }
+    } else {
+      l.gate_up_proj = load.proj({p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"}, {I, I}, H, quant, stored);
+      l.down_proj = load.proj({p + "mlp.down_proj.weight"}, {H}, I, quant, stored);
+    }
     l.input_layernorm = load.vector({p + "input_layernorm.weight"}, {H});
     l.post_attention_layernorm = load.vector({p + "post_attention_layernorm.weight"}, {H});
     if (c.qk_norm) {

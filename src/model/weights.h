@@ -14,8 +14,10 @@ struct LayerWeights {
   LinearWeight qkv_proj;      // [(Hq + 2 Hkv) * D, H]: q rows, then k rows, then v rows
   Tensor qkv_bias;            // bf16 [(Hq + 2 Hkv) * D] (Qwen2), else data == nullptr
   LinearWeight o_proj;        // [H, Hq * D]
-  LinearWeight gate_up_proj;  // [2 I, H]: gate rows, then up rows
-  LinearWeight down_proj;     // [H, I]
+  LinearWeight gate_up_proj;  // [2 I, H]: gate rows, then up rows (dense layers)
+  LinearWeight down_proj;     // [H, I] (dense layers)
+  LinearWeight router;        // [E, H] bf16 (sparse layers: config.is_sparse_layer), else n == 0
+  MoeWeights experts;         // E experts of I = moe_intermediate_size (sparse layers)
   Tensor input_layernorm;     // bf16 [H]
   Tensor post_attention_layernorm;  // bf16 [H]
   Tensor q_norm;              // bf16 [D] (Qwen3), else data == nullptr
@@ -37,6 +39,9 @@ struct ModelWeights {
   const LinearWeight& output_projection() const { return lm_head.n ? lm_head : embed_tokens; }
 };
 
+// A sparse layer's router and experts: [E, H] router and per expert [2 I, H] gate_up and [H, I]
+// down, as named by expert_tensor_names; the router is never quantized (llama.cpp keeps its
+// ffn_gate_inp unquantized too), the experts as every other linear.
 // Throws Error naming the file and tensor for a missing tensor or a shape that does not match
 // the config. quant (Config::quantization): every linear and the embedding / lm_head are
 // quantized at load (round to nearest, runtime/quant.h), the table by embedding_quantization.
@@ -45,6 +50,16 @@ struct ModelWeights {
 // lm_head as stored; quant must then be none (Error naming the method otherwise).
 ModelWeights load_weights(const Checkpoint& checkpoint, const ModelConfig& config, Backend& backend,
                           QuantScheme quant = {});
+
+// Checkpoint names of a sparse layer's router and of expert e's gate / up / down weights:
+// Qwen3-MoE "model.layers.{i}.mlp.gate.weight", "...mlp.experts.{e}.gate_proj.weight" (up_proj,
+// down_proj); Mixtral "model.layers.{i}.block_sparse_moe.gate.weight",
+// "...block_sparse_moe.experts.{e}.w1.weight" (gate), w3 (up), w2 (down).
+struct ExpertNames {
+  std::string gate, up, down;
+};
+std::string router_tensor_name(const ModelConfig& config, int layer);
+ExpertNames expert_tensor_names(const ModelConfig& config, int layer, int expert);
 
 // The scheme of the embedding / lm_head table under `linear`, the decoder linears' scheme.
 QuantScheme embedding_quantization(QuantScheme linear);

@@ -114,7 +114,7 @@ TEST_P(TpEngine, GreedyOutputsEqualOneRankWithPreemption) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Presets, TpEngine,
-                         ::testing::Values("tiny", "tiny-qwen2", "tiny-llama", "tiny-mistral"));
+                         ::testing::Values("tiny", "tiny-qwen2", "tiny-llama", "tiny-mistral", "qwen3-moe-tiny", "tiny-mixtral"));
 
 TEST(TpEngineErrors, ShapesThatDoNotDivideNameTheField) {
   Config config = test::tiny_config(test::tiny_model("tiny"));

@@ -207,7 +207,7 @@ TEST_P(TpModel, RankHoldsOnlyItsVocabRows) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Presets, TpModel,
-                         ::testing::Values("tiny", "tiny-qwen2", "tiny-llama", "tiny-mistral"));
+                         ::testing::Values("tiny", "tiny-qwen2", "tiny-llama", "tiny-mistral", "qwen3-moe-tiny", "tiny-mixtral"));
 
 TEST(TpShard, NonDividingShapesNameTheField) {
   ModelConfig c;

@@ -120,10 +120,13 @@ TEST_P(MixedSteps, PreemptionUnderASmallCache) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Presets, MixedSteps,
-                         ::testing::Values("tiny", "tiny-qwen2", "tiny-llama", "tiny-mistral"),
+                         ::testing::Values("tiny", "tiny-qwen2", "tiny-llama", "tiny-mistral", "qwen3-moe-tiny", "tiny-mixtral"),
                          [](const auto& info) {
-                           const std::string p = info.param;
-                           return p == "tiny" ? std::string("qwen3") : p.substr(5);
+                           std::string p = info.param;
+                           if (p == "tiny") return std::string("qwen3");
+                           if (p.rfind("tiny-", 0) == 0) p = p.substr(5);
+                           for (char& ch : p) ch = ch == '-' ? '_' : ch;
+                           return p;
                          });
 
 }  // namespace

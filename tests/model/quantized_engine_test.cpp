@@ -116,12 +116,15 @@ TEST_P(QuantizedTp, TwoRanksMatchOne) {
 
 INSTANTIATE_TEST_SUITE_P(Schemes, QuantizedEngine,
                          ::testing::Values(Case{"tiny", "int8"}, Case{"tiny", "int4"},
-                                           Case{"tiny-qwen2", "int8"}, Case{"tiny-qwen2", "int4-g32"}),
+                                           Case{"tiny-qwen2", "int8"}, Case{"tiny-qwen2", "int4-g32"},
+                                           Case{"qwen3-moe-tiny", "int8"},
+                                           Case{"qwen3-moe-tiny", "int4-g32"}, Case{"tiny-mixtral", "int8"}),
                          case_name);
 // tiny-qwen2's intermediate 96 splits into 48 columns, which hold no int4 group: int8 only.
 INSTANTIATE_TEST_SUITE_P(Schemes, QuantizedTp,
                          ::testing::Values(Case{"tiny", "int8"}, Case{"tiny", "int4"},
-                                           Case{"tiny", "int4-g32"}, Case{"tiny-qwen2", "int8"}),
+                                           Case{"tiny", "int4-g32"}, Case{"tiny-qwen2", "int8"},
+                                           Case{"qwen3-moe-tiny", "int8"}),
                          case_name);
 
 TEST(QuantizedEngineErrors, UnknownSchemeNamesTheAcceptedOnes) {

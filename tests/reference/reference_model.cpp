@@ -1,6 +1,7 @@
 #include "reference/reference_model.h"
 
 #include <cmath>
+#include <algorithm>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -127,6 +128,13 @@ std::vector<double> rope_inv_freq(size_t D, double theta, const RopeScaling& s) 
   return inv;
 }
 
+// A MoE router's weight ("...mlp.gate.weight", "...block_sparse_moe.gate.weight").
+bool is_router(const std::string& name) {
+  const std::string tail = ".gate.weight";
+  return name.size() > tail.size() && name.compare(name.size() - tail.size(), tail.size(), tail) == 0 &&
+         name.find(".experts.") == std::string::npos;
+}
+
 // Rotate-half RoPE of one head at position pos.
 void rope(float* x, size_t D, int pos, const std::vector<double>& inv_freq) {
   size_t half = D / 2;
@@ -159,7 +167,9 @@ ReferenceModel::ReferenceModel(const std::string& folder, Precision precision, Q
     const size_t es = dtype_size(t->dtype);
     for (size_t i = 0; i < v.size(); ++i) v[i] = widen(t->data + i * es, t->dtype);
     const bool table = name == "model.embed_tokens.weight" || name == "lm_head.weight";
-    const bool linear = name.find("_proj.weight") != std::string::npos;
+    // Linears quantized at load: every *_proj and expert weight, not the MoE router.
+    const bool linear = (name.find("_proj.weight") != std::string::npos ||
+                         name.find(".experts.") != std::string::npos) && !is_router(name);
     if (quant.enabled() && t->shape.size() == 2 && (table || linear)) {
       v = quantize_dequantize(v, t->shape[0], t->shape[1],
                               table ? embedding_quantization(quant) : quant, name);
@@ -176,7 +186,7 @@ const std::vector<float>& ReferenceModel::w(const std::string& name) const {
 
 // Whether the engine's GEMM of `weight` reads x on the int16 grid: every quantized weight.
 bool ReferenceModel::int16_input(const std::string& weight) const {
-  return quant_.enabled() || stored_quantized_.count(weight) != 0;
+  return (quant_.enabled() && !is_router(weight)) || stored_quantized_.count(weight) != 0;
 }
 
 std::vector<float> ReferenceModel::last_logits(const std::vector<int32_t>& tokens) const {
@@ -198,8 +208,9 @@ std::vector<std::vector<float>> ReferenceModel::logits_at(const std::vector<int3
   const bool bf16 = precision_ != Precision::kFp32;
   const bool fp8_kv = precision_ == Precision::kBf16StorageFp8Kv;
   const std::vector<double> inv_freq = rope_inv_freq(D, c.rope_theta, c.rope_scaling);
+  router_gap_ = 1e300;
   // Where the GEMM of `weight` reads x: the quantized GEMM's int16 grid, else bf16 storage.
-  auto gemm_in = [&](const Vec& v, const std::string& weight) {
+  const GemmInput gemm_in = [&](const Vec& v, const std::string& weight) {
     return int16_input(weight) ? round_int16_grid(v) : maybe_round(v, bf16);
   };
   // Residual stream x[t] (fp32, unrounded).
@@ -261,6 +272,10 @@ std::vector<std::vector<float>> ReferenceModel::logits_at(const std::vector<int3
       Vec o = matvec(w(p + "self_attn.o_proj.weight"), gemm_in(att, p + "self_attn.o_proj.weight"), H);
       for (size_t i = 0; i < H; ++i) x[t][i] += o[i];
     }
+    if (c.is_sparse_layer(l)) {
+      for (size_t t = 0; t < T; ++t) moe_block(l, x[t], gemm_in);
+      continue;
+    }
     for (size_t t = 0; t < T; ++t) {
       Vec h = gemm_in(rmsnorm(x[t].data(), w(p + "post_attention_layernorm.weight"), H, eps),
                       p + "mlp.gate_proj.weight");
@@ -281,6 +296,48 @@ std::vector<std::vector<float>> ReferenceModel::logits_at(const std::vector<int3
   return out;
 }
 
+// transformers' Qwen3MoeSparseMoeBlock / MixtralSparseMoeBlock on one token:
+//   router_logits = gate(h); routing_weights = softmax(router_logits, dtype=float);
+//   routing_weights, selected = topk(routing_weights, top_k); (norm_topk_prob: / their sum);
+//   x += sum over the selected experts e of routing_weight_e * down_e(silu(gate_e(h)) * up_e(h)).
+// topk picks by probability; equal probabilities go to the lower expert index (torch leaves ties
+// unordered; random weights give none).
+void ReferenceModel::moe_block(int layer, Vec& x, const GemmInput& gemm_in) const {
+  const ModelConfig& c = config_;
+  const size_t H = c.hidden_size, E = c.num_experts, I = c.moe_intermediate_size;
+  const std::string router = router_tensor_name(c, layer);
+  const Vec normed = rmsnorm(x.data(), w(fmt::format("model.layers.{}.post_attention_layernorm.weight", layer)), H,
+                             c.rms_norm_eps);
+  const Vec logits = matvec(w(router), gemm_in(normed, router), E);
+  double mx = -1e300, z = 0;
+  for (float v : logits) mx = std::max(mx, double(v));
+  std::vector<double> prob(E);
+  for (size_t e = 0; e < E; ++e) z += prob[e] = std::exp(double(logits[e]) - mx);
+  for (double& pr : prob) pr /= z;
+  std::vector<size_t> order(E);
+  for (size_t e = 0; e < E; ++e) order[e] = e;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return prob[a] > prob[b]; });
+  const size_t k = size_t(c.num_experts_per_tok);
+  if (k < E) {  // how near this token came to picking another expert
+    double scale = 0;
+    for (float v : logits) scale = std::max(scale, double(std::fabs(v)));
+    router_gap_ = std::min(router_gap_, (double(logits[order[k - 1]]) - logits[order[k]]) / scale);
+  }
+  order.resize(k);
+  double picked = 0;
+  for (size_t e : order) picked += prob[e];
+  for (size_t e : order) {
+    const ExpertNames n = expert_tensor_names(c, layer, int(e));
+    const Vec h = gemm_in(normed, n.gate);
+    Vec g = matvec(w(n.gate), h, I);
+    const Vec u = matvec(w(n.up), h, I);
+    for (size_t i = 0; i < I; ++i) g[i] = float(g[i] / (1.0 + std::exp(-double(g[i]))) * u[i]);
+    const Vec d = matvec(w(n.down), gemm_in(g, n.down), H);
+    const double weight = c.norm_topk_prob ? prob[e] / picked : prob[e];
+    for (size_t i = 0; i < H; ++i) x[i] += float(weight * d[i]);
+  }
+}
+
 std::vector<int32_t> ReferenceModel::greedy(const std::vector<int32_t>& prompt, int n,
                                             std::vector<double>* gaps) const {
   std::vector<int32_t> tokens = prompt, out;
@@ -296,7 +353,7 @@ std::vector<int32_t> ReferenceModel::greedy(const std::vector<int32_t>& prompt, 
         if (int32_t(j) != best) second = std::max(second, double(logits[j]));
         scale = std::max(scale, double(std::fabs(logits[j])));
       }
-      gaps->push_back((logits[best] - second) / scale);
+      gaps->push_back(std::min((logits[best] - second) / scale, router_gap_));
     }
     out.push_back(best);
     tokens.push_back(best);

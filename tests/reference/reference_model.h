@@ -1,6 +1,7 @@
 #pragma once
-// An independent, plain fp32 Qwen3/Qwen2 forward: no paging, no batching, no backend, no fused
+// An independent, plain fp32 Qwen3/Qwen2/Llama/Mistral/Qwen3-MoE/Mixtral forward: no paging, no batching, no backend, no fused
 // weights; every weight read from the checkpoint and widened to float. The oracle for the engine.
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -39,14 +40,19 @@ class ReferenceModel {
   // Logits f32 [T, V] of every token of `tokens` (row t: the prediction after tokens[0..t]).
   std::vector<std::vector<float>> all_logits(const std::vector<int32_t>& tokens) const;
   // Greedy continuation: n tokens (argmax, lowest index on ties), no eos stop. gaps (optional)
-  // receives, per step, the top-1 minus top-2 logit divided by the largest |logit|.
+  // receives, per step, the top-1 minus top-2 logit divided by the largest |logit|; for a MoE
+  // model the smaller of that and the step's router margin (below): a router that nearly picked
+  // another expert is as much a near-tie as two nearly equal logits.
   std::vector<int32_t> greedy(const std::vector<int32_t>& prompt, int n,
                               std::vector<double>* gaps = nullptr) const;
 
   const ModelConfig& config() const { return config_; }
 
  private:
+  using GemmInput = std::function<std::vector<float>(const std::vector<float>&, const std::string&)>;
   const std::vector<float>& w(const std::string& name) const;
+  // x += the sparse MoE block of layer `layer` on the token's residual x.
+  void moe_block(int layer, std::vector<float>& x, const GemmInput& gemm_in) const;
   bool int16_input(const std::string& weight) const;
   std::vector<std::vector<float>> logits_at(const std::vector<int32_t>& tokens, const std::vector<size_t>& rows) const;
   ModelConfig config_;
@@ -54,6 +60,9 @@ class ReferenceModel {
   QuantScheme quant_;
   std::map<std::string, std::vector<float>> weights_;
   std::set<std::string> stored_quantized_;  // weights the checkpoint stores quantized
+  // The last forward's router margin: over its tokens and sparse layers, the smallest k-th minus
+  // (k+1)-th router logit divided by the token's largest |router logit| (1e300: no router).
+  mutable double router_gap_ = 1e300;
 };
 
 }  // namespace nanovllm::ref

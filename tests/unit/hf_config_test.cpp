@@ -198,6 +198,88 @@ TEST(HfConfig, LlamaAndMistralConfigs) {
   EXPECT_TRUE(parse(j).attention_bias);
 }
 
+// The real Qwen3-30B-A3B and Mixtral-8x7B-v0.1 config.json files (fields and values).
+json qwen3_30b_a3b() {
+  return json::parse(R"({
+    "architectures": ["Qwen3MoeForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+    "bos_token_id": 151643, "decoder_sparse_step": 1, "eos_token_id": 151645, "head_dim": 128,
+    "hidden_act": "silu", "hidden_size": 2048, "initializer_range": 0.02,
+    "intermediate_size": 6144, "max_position_embeddings": 40960, "max_window_layers": 48,
+    "mlp_only_layers": [], "model_type": "qwen3_moe", "moe_intermediate_size": 768,
+    "norm_topk_prob": true, "num_attention_heads": 32, "num_experts": 128,
+    "num_experts_per_tok": 8, "num_hidden_layers": 48, "num_key_value_heads": 4,
+    "output_router_logits": false, "rms_norm_eps": 1e-06, "rope_scaling": null,
+    "rope_theta": 1000000.0, "router_aux_loss_coef": 0.001, "sliding_window": null,
+    "tie_word_embeddings": false, "torch_dtype": "bfloat16", "use_cache": true,
+    "use_sliding_window": false, "vocab_size": 151936})");
+}
+
+json mixtral_8x7b() {
+  return json::parse(R"({
+    "architectures": ["MixtralForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 1,
+    "eos_token_id": 2, "hidden_act": "silu", "hidden_size": 4096, "initializer_range": 0.02,
+    "intermediate_size": 14336, "max_position_embeddings": 32768, "model_type": "mixtral",
+    "num_attention_heads": 32, "num_experts_per_tok": 2, "num_hidden_layers": 32,
+    "num_key_value_heads": 8, "num_local_experts": 8, "output_router_logits": false,
+    "rms_norm_eps": 1e-05, "rope_theta": 1e6, "router_aux_loss_coef": 0.02,
+    "sliding_window": null, "tie_word_embeddings": false, "torch_dtype": "bfloat16",
+    "use_cache": true, "vocab_size": 32000})");
+}
+
+TEST(HfConfig, MixtureOfExpertsConfigs) {
+  const ModelConfig q = parse(qwen3_30b_a3b());
+  EXPECT_TRUE(q.is_moe());
+  EXPECT_TRUE(q.qk_norm);  // Qwen3's attention
+  EXPECT_EQ(q.num_experts, 128);
+  EXPECT_EQ(q.num_experts_per_tok, 8);
+  EXPECT_EQ(q.moe_intermediate_size, 768);
+  EXPECT_TRUE(q.norm_topk_prob);
+  for (int i : {0, 1, 47}) EXPECT_TRUE(q.is_sparse_layer(i)) << i;
+  json j = qwen3_30b_a3b();
+  j["mlp_only_layers"] = {0, 3};
+  j["decoder_sparse_step"] = 2;
+  const ModelConfig sparse = parse(j);
+  // transformers: sparse where (i + 1) % step == 0 and i is not in mlp_only_layers
+  EXPECT_FALSE(sparse.is_sparse_layer(0));
+  EXPECT_TRUE(sparse.is_sparse_layer(1));
+  EXPECT_FALSE(sparse.is_sparse_layer(2));
+  EXPECT_FALSE(sparse.is_sparse_layer(3));
+  EXPECT_TRUE(sparse.is_sparse_layer(5));
+  j = qwen3_30b_a3b();
+  j.erase("norm_topk_prob");  // Qwen3MoeConfig's default
+  EXPECT_FALSE(parse(j).norm_topk_prob);
+
+  const ModelConfig m = parse(mixtral_8x7b());
+  EXPECT_FALSE(m.qk_norm);
+  EXPECT_EQ(m.num_experts, 8);
+  EXPECT_EQ(m.num_experts_per_tok, 2);
+  EXPECT_EQ(m.moe_intermediate_size, 14336);  // the experts are intermediate_size wide
+  EXPECT_TRUE(m.norm_topk_prob);              // Mixtral always renormalizes
+  EXPECT_TRUE(m.is_sparse_layer(0) && m.is_sparse_layer(31));
+  EXPECT_FALSE(parse(qwen3_0_6b()).is_moe());
+}
+
+TEST(HfConfig, ExpertCountsThatDoNotFitAreRefusedByName) {
+  json j = qwen3_30b_a3b();
+  j["num_experts_per_tok"] = 129;
+  expect_error(j, {"'num_experts_per_tok' (129) must be in [1, 128]"});
+  j = qwen3_30b_a3b();
+  j["num_experts"] = 0;
+  expect_error(j, {"'num_experts' must be positive"});
+  j = qwen3_30b_a3b();
+  j["moe_intermediate_size"] = -1;
+  expect_error(j, {"'moe_intermediate_size' must be positive"});
+  j = qwen3_30b_a3b();
+  j["mlp_only_layers"] = {48};
+  expect_error(j, {"'mlp_only_layers' holds 48, outside [0, 48)"});
+  j = qwen3_30b_a3b();
+  j["decoder_sparse_step"] = 0;
+  expect_error(j, {"'decoder_sparse_step' must be positive"});
+  j = mixtral_8x7b();
+  j["num_local_experts"] = "8";
+  expect_error(j, {"'num_local_experts' must be an integer"});
+}
+
 TEST(HfConfig, RopeScalingTypes) {
   json j = llama32_1b();
   j["rope_scaling"] = {{"type", "linear"}, {"factor", 2.0}};  // the older key

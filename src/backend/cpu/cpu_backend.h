@@ -4,7 +4,7 @@
 // backend's own ThreadPool; metadata (block tables, lengths, sampling fields) is read from
 // ForwardBatch::host. Kernels live in one file per concept: cpu_backend.cpp (memory, linear,
 // embedding, gather_rows), norm.cpp, rope.cpp, activation.cpp, kv_cache.cpp,
-// attention_prefill.cpp, attention_decode.cpp, sampler.cpp.
+// attention_prefill.cpp, attention_decode.cpp, moe.cpp, sampler.cpp.
 //
 // KV cache layout (per layer, k and v alike): [num_blocks, block_size, Hkv, D] bf16, contiguous;
 // slot s = block_id * block_size + offset addresses row s of the [num_blocks * block_size,
@@ -68,6 +68,8 @@ class CpuBackend : public Backend {
   void attention_decode(Tensor out, Tensor q, const LayerKVCache& cache, const ForwardBatch& batch,
                         float scale) override;  // attention_decode.cpp
   void gather_rows(Tensor out, Tensor x, Tensor indices) override;
+  void fused_moe(Tensor out, Tensor x, Tensor router_logits, const MoeWeights& experts, int top_k,
+                 bool renormalize) override;  // moe.cpp
   void sample(Tensor out, Tensor logits, const ForwardBatch& batch) override;  // sampler.cpp
   DeviceMemory memory_info() const override;  // /proc/meminfo: MemAvailable, MemTotal
 
@@ -80,6 +82,7 @@ class CpuBackend : public Backend {
   ThreadPool pool_;
   GemmIsa gemm_isa_;
   GemmScratch gemm_scratch_;  // the GEMMs' packed x, grown to the largest step's
+  Buffer moe_scratch_;        // fused_moe's gathered rows and expert activations, grown as needed
   bool decode_avx512_;
   bool prefill_bf16_;
 };
