@@ -151,8 +151,12 @@ void add_bench(CLI::App& app, Commands& commands) {
                                       quantization_name(quant),
                                       table.enabled() ? quantization_name(table) : "bf16")
                         : "bf16";
-    std::fprintf(stderr, "model: %.3f GB of %s weights read per decode step, %.3f GFLOP of matmul per prompt token\n",
-                 weight_gb, format.c_str(), gflop_per_token);
+    const std::string active =
+        mc.is_moe() ? fmt::format(" of one token (its {} of {} experts a layer; a step of n tokens "
+                                  "reads the experts they pick)", mc.num_experts_per_tok, mc.num_experts)
+                    : "";
+    std::fprintf(stderr, "model: %.3f GB of %s weights read per decode step%s, %.3f GFLOP of matmul per prompt token\n",
+                 weight_gb, format.c_str(), active.c_str(), gflop_per_token);
     std::fprintf(stderr, "kernels: %s\n", engine.backend().describe().c_str());
 
     auto run = [&](BenchWorkload w) {
@@ -171,7 +175,7 @@ void add_bench(CLI::App& app, Commands& commands) {
       const double t0 = now_seconds();
       llm.generate(w.prompts, params, nullptr, [&](const GenerateProgress& p) { r.progress = p; });
       r.seconds = now_seconds() - t0;
-      return phase_figures(mc, r, kv_elem, step_weight_bytes, ceilings);
+      return phase_figures(mc, r, kv_elem, quant, table, ceilings);
     };
 
     nlohmann::json j;
@@ -196,7 +200,7 @@ void add_bench(CLI::App& app, Commands& commands) {
       for (int n : sweep) {
         rows.push_back(run(make_bench_workload(n, 128, 128, 128, a->seed)));
         std::fprintf(stderr, "%d seqs x (128 + 128) tokens: %.1f total tok/s\n", n, rows.back().total_tok_s);
-        print_phases(rows.back(), ceilings, weight_gb);
+        print_phases(rows.back(), ceilings);
         nlohmann::json row = phases_json(rows.back(), ceilings);
         row["num_seqs"] = n;
         table.push_back(row);
@@ -214,7 +218,7 @@ void add_bench(CLI::App& app, Commands& commands) {
     std::fprintf(stderr, "workload: %d seqs, %lld prompt + %lld output tokens in %.2f s: %.1f output tok/s, %.1f total tok/s\n",
                  a->num_seqs, (long long)f.prompt_tokens, (long long)f.output_tokens,
                  j["seconds"].get<double>(), f.output_tok_s, f.total_tok_s);
-    print_phases(f, ceilings, weight_gb);
+    print_phases(f, ceilings);
     if (a->roofline) {
       Roofline r = measure_roofline(engine, a->seed, a->prefill_lens);
       const double bw = ceilings.bandwidth_gbs, peak = ceilings.peak_gflops;

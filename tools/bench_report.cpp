@@ -12,8 +12,7 @@ double pct(double x, double ceiling) { return ceiling > 0 ? 100.0 * x / ceiling 
 }  // namespace
 
 PhaseFigures phase_figures(const ModelConfig& c, const WorkloadRun& run, int64_t kv_elem_bytes,
-                           int64_t step_weight_bytes,
-                           const Ceilings& ceilings) {
+                           QuantScheme linear, QuantScheme table, const Ceilings& ceilings) {
   PhaseFigures f;
   for (int p : run.prompt_lens) f.prompt_tokens += p;
   for (int o : run.output_lens) f.output_tokens += o;
@@ -24,7 +23,9 @@ PhaseFigures phase_figures(const ModelConfig& c, const WorkloadRun& run, int64_t
   f.decode_seconds = run.progress.decode_seconds;
   f.decode_steps = run.progress.num_decode_steps;
   f.prefill_gflops = f.prefill_seconds > 0 ? f.work.prefill_flops / f.prefill_seconds / 1e9 : 0;
-  f.decode_bytes = double(f.decode_steps) * double(step_weight_bytes) + f.work.decode_kv_bytes;
+  const double tokens_per_step = f.decode_steps > 0 ? f.work.decode_tokens / double(f.decode_steps) : 1;
+  f.step_weight_gb = double(weight_bytes_per_decode_step(c, linear, table, tokens_per_step)) / 1e9;
+  f.decode_bytes = double(f.decode_steps) * f.step_weight_gb * 1e9 + f.work.decode_kv_bytes;
   f.decode_gbs = f.decode_seconds > 0 ? f.decode_bytes / f.decode_seconds / 1e9 : 0;
   f.decode_gflops = f.decode_seconds > 0 ? f.work.decode_flops / f.decode_seconds / 1e9 : 0;
   if (ceilings.bandwidth_gbs > 0 && ceilings.peak_gflops > 0) {
@@ -37,7 +38,7 @@ PhaseFigures phase_figures(const ModelConfig& c, const WorkloadRun& run, int64_t
   return f;
 }
 
-void print_phases(const PhaseFigures& f, const Ceilings& k, double weight_gb) {
+void print_phases(const PhaseFigures& f, const Ceilings& k) {
   std::fprintf(stderr,
                "  prefill phase: %lld prompt tokens in %.3f s: %.1f GFLOP (matmuls, causal "
                "attention, lm_head of the last tokens) -> %.1f GFLOP/s of %.1f %s (%.0f%%)\n",
@@ -48,7 +49,7 @@ void print_phases(const PhaseFigures& f, const Ceilings& k, double weight_gb) {
                "%.3f GB of KV = %.2f GB -> %.1f GB/s of %.1f measured (%.0f%%); %.1f GFLOP -> "
                "%.1f GFLOP/s (%.0f%% of peak)\n",
                f.work.decode_tokens, (long long)f.decode_steps, f.decode_seconds,
-               (long long)f.decode_steps, weight_gb, f.work.decode_kv_bytes / 1e9,
+               (long long)f.decode_steps, f.step_weight_gb, f.work.decode_kv_bytes / 1e9,
                f.decode_bytes / 1e9, f.decode_gbs, k.bandwidth_gbs, pct(f.decode_gbs, k.bandwidth_gbs),
                f.work.decode_flops / 1e9, f.decode_gflops, pct(f.decode_gflops, k.peak_gflops));
   if (f.bound_seconds > 0) {

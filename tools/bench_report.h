@@ -36,16 +36,19 @@ struct PhaseFigures {
   int64_t decode_steps = 0;
   double prefill_gflops = 0;  // achieved
   double decode_bytes = 0;    // weights once per decode step + the KV the decode tokens read
+  double step_weight_gb = 0;  // weights one decode step reads (at the mean tokens per step)
   double decode_gbs = 0, decode_gflops = 0;
   double bound_seconds = 0;   // 0 when the ceilings are unknown
   double bound_total_tok_s = 0;
 };
 
-// step_weight_bytes: the weights one decode step reads (model_stats.h, in the run's format).
+// linear / table: the run's weight formats; a decode step reads weight_bytes_per_decode_step
+// (model_stats.h) at the run's mean tokens per decode step (a MoE model reads more experts the
+// more tokens a step holds; a dense one the same bytes at any size).
 PhaseFigures phase_figures(const ModelConfig& c, const WorkloadRun& run, int64_t kv_elem_bytes,
-                           int64_t step_weight_bytes, const Ceilings& ceilings);
+                           QuantScheme linear, QuantScheme table, const Ceilings& ceilings);
 // Human lines (stderr) and the JSON fields of one run's phases.
-void print_phases(const PhaseFigures& f, const Ceilings& ceilings, double weight_gb);
+void print_phases(const PhaseFigures& f, const Ceilings& ceilings);
 nlohmann::json phases_json(const PhaseFigures& f, const Ceilings& ceilings);
 // The sweep's table (stdout is kept for the JSON: this goes to stderr).
 void print_sweep_table(const std::vector<PhaseFigures>& rows, const std::vector<int>& seqs,

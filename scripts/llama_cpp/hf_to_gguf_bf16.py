@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Converts a Hugging Face Qwen3 / Qwen2 / Llama / Mistral folder in bf16 to a bf16 GGUF file for llama.cpp.
+"""Converts a Hugging Face Qwen3 / Qwen2 / Llama / Mistral / Qwen3-MoE / Mixtral folder in bf16 to a bf16 GGUF file for llama.cpp.
 
 A yardstick tool: it lets llama.cpp run the very weights nanovllm runs (scripts/llama_cpp/
 side_by_side.sh). It needs only the standard library, numpy and the `gguf` package found in the
@@ -14,6 +14,12 @@ Llama and Mistral run on llama.cpp's "llama" architecture, whose RoPE rotates ad
 (Meta's layout) where Hugging Face's checkpoints rotate halves: their q_proj / k_proj rows are
 reordered per head back to pairs. llama3 RoPE scaling becomes llama.cpp's rope_freqs tensor (one
 divisor of each frequency).
+
+Mixtures of experts: Qwen3-MoE runs on llama.cpp's "qwen3moe" architecture (which always
+renormalizes the top-k weights, as norm_topk_prob true does; every layer sparse), Mixtral on
+"llama" with experts. The per-expert gate / up / down weights are stacked into llama.cpp's
+ffn_{gate,up,down}_exps tensors ([E, I, H] and [E, H, I]); the router (ffn_gate_inp) is written
+in f32 as llama.cpp's converter keeps it.
 """
 
 import argparse
@@ -45,7 +51,11 @@ GLOBAL_NAMES = {
     "lm_head": "output",
 }
 ARCHES = {"Qwen3ForCausalLM": "qwen3", "Qwen2ForCausalLM": "qwen2", "LlamaForCausalLM": "llama",
-          "MistralForCausalLM": "llama"}
+          "MistralForCausalLM": "llama", "Qwen3MoeForCausalLM": "qwen3moe",
+          "MixtralForCausalLM": "llama"}
+# Expert weights: Qwen3-MoE's and Mixtral's names -> llama.cpp's stacked tensor.
+EXPERT_NAMES = {"gate_proj": "ffn_gate_exps", "up_proj": "ffn_up_exps", "down_proj": "ffn_down_exps",
+                "w1": "ffn_gate_exps", "w3": "ffn_up_exps", "w2": "ffn_down_exps"}
 gguf = None  # the gguf module of the llama.cpp checkout, imported in main()
 
 
@@ -106,6 +116,21 @@ def gguf_name(hf_name):
     parts = stem.split(".", 3)
     if len(parts) == 4 and parts[0] == "model" and parts[1] == "layers" and parts[3] in LAYER_NAMES:
         return f"blk.{int(parts[2])}.{LAYER_NAMES[parts[3]]}.{suffix}"
+    return None
+
+
+def expert_part(hf_name):
+    """model.layers.3.mlp.experts.7.up_proj.weight -> (3, 7, "ffn_up_exps"); a router
+    (...mlp.gate.weight, ...block_sparse_moe.gate.weight) -> (3, None, "ffn_gate_inp"); else None."""
+    parts = hf_name.split(".")
+    if len(parts) < 5 or parts[:2] != ["model", "layers"] or parts[-1] != "weight":
+        return None
+    layer = int(parts[2])
+    if parts[3] in ("mlp", "block_sparse_moe") and parts[4] == "gate" and len(parts) == 6:
+        return layer, None, "ffn_gate_inp"
+    if len(parts) == 8 and parts[3] in ("mlp", "block_sparse_moe") and parts[4] == "experts" \
+            and parts[6] in EXPERT_NAMES:
+        return layer, int(parts[5]), EXPERT_NAMES[parts[6]]
     return None
 
 
@@ -206,6 +231,13 @@ def convert(model_dir, out_path):
         die(f"config.json: rope_scaling {scaling} is not handled (plain RoPE, or llama3 on Llama)")
     if config.get("sliding_window") and archs[0] == "MistralForCausalLM":
         die("config.json: Mistral's sliding_window is not handled")
+    moe = archs[0] in ("Qwen3MoeForCausalLM", "MixtralForCausalLM")
+    n_experts = config.get("num_experts", config.get("num_local_experts", 0)) if moe else 0
+    if moe and (config.get("mlp_only_layers") or config.get("decoder_sparse_step", 1) != 1):
+        die("config.json: dense layers among the sparse ones (mlp_only_layers, decoder_sparse_step) "
+            "are not handled: llama.cpp's qwen3moe makes every layer sparse")
+    if archs[0] == "Qwen3MoeForCausalLM" and not config.get("norm_topk_prob", False):
+        die("config.json: norm_topk_prob false is not handled: llama.cpp's qwen3moe renormalizes")
     hidden = config["hidden_size"]
     n_heads = config["num_attention_heads"]
     head_dim = config.get("head_dim") or hidden // n_heads
@@ -225,6 +257,10 @@ def convert(model_dir, out_path):
     w.add_context_length(config.get("max_position_embeddings", 4096))
     w.add_embedding_length(hidden)
     w.add_feed_forward_length(config["intermediate_size"])
+    if moe:
+        w.add_expert_count(n_experts)
+        w.add_expert_used_count(config["num_experts_per_tok"])
+        w.add_expert_feed_forward_length(config.get("moe_intermediate_size", config["intermediate_size"]))
     w.add_head_count(n_heads)
     w.add_head_count_kv(config.get("num_key_value_heads", n_heads))
     w.add_key_length(head_dim)
@@ -254,10 +290,22 @@ def convert(model_dir, out_path):
     n_kv_heads = config.get("num_key_value_heads", n_heads)
     if rope_type == "llama3":
         w.add_tensor("rope_freqs.weight", llama3_rope_divisors(config, head_dim))
+    experts = {}  # (layer, stacked name) -> {expert: [rows, cols] bf16 bits}
     for path in files:
         for name, dtype, arr in safetensors_tensors(path):
             if name == "lm_head.weight" and tied:
                 continue  # llama.cpp reuses token_embd when `output` is absent
+            part = expert_part(name) if moe else None
+            if part and part[1] is None:  # the router, f32
+                target = f"blk.{part[0]}.ffn_gate_inp.weight"
+                w.add_tensor(target, bf16_to_f32(arr) if dtype == "BF16" else np.asarray(arr))
+                seen.add(target)
+                continue
+            if part:
+                if dtype != "BF16":
+                    die(f"{path.name}: expert tensor {name} is {dtype}; bf16 expected")
+                experts.setdefault((part[0], part[2]), {})[part[1]] = arr
+                continue
             target = gguf_name(name)
             if target is None:
                 die(f"{path.name}: tensor {name} has no llama.cpp name in this converter")
@@ -270,11 +318,18 @@ def convert(model_dir, out_path):
             else:
                 w.add_tensor(target, np.asarray(arr))
             seen.add(target)
+    for (layer, stacked), by_expert in sorted(experts.items()):
+        if sorted(by_expert) != list(range(n_experts)):
+            die(f"layer {layer}: {stacked} has experts {sorted(by_expert)[:4]}..., expected 0..{n_experts - 1}")
+        target = f"blk.{layer}.{stacked}.weight"  # [E, rows, cols]: GGML ne = [cols, rows, E]
+        w.add_tensor(target, np.stack([np.asarray(by_expert[e]) for e in range(n_experts)]),
+                     raw_dtype=gguf.GGMLQuantizationType.BF16)
+        seen.add(target)
     needed = {"token_embd.weight", "output_norm.weight"} | ({"output.weight"} if not tied else set())
     missing = needed - seen
+    ffn = ("ffn_gate_inp", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps") if moe else ("ffn_gate", "ffn_up", "ffn_down")
     for i in range(n_layers):
-        for short in ("attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm",
-                      "ffn_gate", "ffn_up", "ffn_down"):
+        for short in ("attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm") + ffn:
             if f"blk.{i}.{short}.weight" not in seen:
                 missing.add(f"blk.{i}.{short}.weight")
     if missing:

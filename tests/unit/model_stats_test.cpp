@@ -35,6 +35,22 @@ TEST(ModelStats, Qwen3_06bFigures) {
               1e6);
 }
 
+TEST(ModelStats, MixtureOfExpertsCountsTheActiveExperts) {
+  ModelConfig c = qwen3_06b();  // Qwen3-30B-A3B's layer shapes, 2 layers
+  c.hidden_size = 2048, c.num_hidden_layers = 2, c.num_attention_heads = 32, c.num_key_value_heads = 4;
+  c.intermediate_size = 6144, c.num_experts = 128, c.num_experts_per_tok = 8, c.moe_intermediate_size = 768;
+  const int64_t attn = (4096 + 2 * 512) * 2048 + 2048 * 4096, router = 128 * 2048;
+  const int64_t expert = 3 * 768 * 2048;
+  EXPECT_EQ(decoder_linear_params(c), 2 * (attn + router + 8 * expert));
+  const double lm_head = 151936.0 * 2048 * 2, norms = 2.0 * (2 * (2 * 2048 + 2 * 128) + 2048);
+  // One token reads its 8 experts; 16 tokens 128 (1 - (15/16)^16) = 82.4 of them in expectation.
+  EXPECT_NEAR(double(weight_bytes_per_decode_step(c)), 2 * 2.0 * (attn + router + 8 * expert) + lm_head + norms, 1);
+  EXPECT_NEAR(expected_active_experts(c, 16), 82.42, 0.01);
+  EXPECT_NEAR(double(weight_bytes_per_decode_step(c, {}, {}, 16)),
+              2 * 2.0 * (attn + router + 82.4225 * expert) + lm_head + norms, 2e5);
+  EXPECT_NEAR(expected_active_experts(c, 1e6), 128, 1e-9);
+}
+
 TEST(ModelStats, PhaseWorkCountsEveryToken) {
   const ModelConfig c = qwen3_06b();
   const std::vector<int> prompt = {5, 128, 1}, output = {3, 128, 1};
