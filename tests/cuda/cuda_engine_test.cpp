@@ -170,20 +170,22 @@ TEST_P(CudaEngine, Fp8KvMatchesFp8ReferenceWithEveryFeature) {
   const SamplingParams sp = greedy_params(24);
   // E4M3 keys and values leave more near-ties than bf16: every prompt must follow the reference
   // up to one, and half must match in full (measured: tiny 9, tiny-qwen2 8 on an H200; tiny-llama
-  // 7 under the emulator, of 12).
-  constexpr size_t kMinIdentical = 6;
+  // 7 under the emulator, of 12). MoE routers add their own near-ties (an expert picked on a
+  // rounding): a third there (measured under the emulator: qwen3-moe-tiny 6, tiny-mixtral 5).
+  const bool moe = GetParam() == "qwen3-moe-tiny" || GetParam() == "tiny-mixtral";
+  const size_t min_identical = moe ? 4 : 6;
   const Prompts with_graphs = generate(base, prompts, sp);
-  test::expect_reference_tokens(with_graphs, prompts, reference, 24, 3e-2, kMinIdentical,
+  test::expect_reference_tokens(with_graphs, prompts, reference, 24, 3e-2, min_identical,
                                 "fp8 KV, graphs");
   EXPECT_EQ(generate(eager, prompts, sp), with_graphs) << "fp8 KV: graphs on vs off";
   test::expect_reference_tokens(generate(off, prompts, sp), prompts, reference, 24, 3e-2,
-                                kMinIdentical, "fp8 KV, prefix cache off");
+                                min_identical, "fp8 KV, prefix cache off");
   int64_t preemptions = 0;
   test::expect_reference_tokens(generate(small, prompts, sp, &preemptions), prompts, reference, 24,
-                                3e-2, kMinIdentical, "fp8 KV, preemption");
+                                3e-2, min_identical, "fp8 KV, preemption");
   EXPECT_GT(preemptions, 0) << "12 fp8 blocks should have forced a preemption";
   test::expect_reference_tokens(generate(chunked, prompts, sp), prompts, reference, 24, 3e-2,
-                                kMinIdentical, "fp8 KV, chunked prefill");
+                                min_identical, "fp8 KV, chunked prefill");
 }
 
 // fp8 against bf16 on the GPU: the largest last-token logit difference and the greedy agreement
@@ -237,6 +239,12 @@ TEST(CudaQuantized, RefusedByName) {
 
 INSTANTIATE_TEST_SUITE_P(TinyShapes, CudaEngine,
                          ::testing::Values("tiny", "tiny-qwen2", "tiny-llama", "tiny-mistral"));
+// Sparse MoE layers (CudaBackend::fused_moe): Qwen3-MoE's 16 experts, top 4, with a dense middle
+// layer, and Mixtral's 8, top 2. Under the emulator (tests/cuda_emu/cuda_emu.cmake) their
+// prefix-cache and fp8 suites are labelled heavy (minutes); the name starts with TinyShapes so
+// the ASan preset leaves them all out, as it does the others.
+INSTANTIATE_TEST_SUITE_P(TinyShapesMoe, CudaEngine,
+                         ::testing::Values("qwen3-moe-tiny", "tiny-mixtral"));
 
 }  // namespace
 }  // namespace nanovllm

@@ -2,7 +2,8 @@
 // NCCL at world size 1 on the backend's stream, set as the engine's communicator: every
 // all-reduce runs through NCCL, and greedy outputs equal those without a communicator. With two
 // or more GPUs: TP = 2 (a rank per GPU, threads + NCCL) gives the reference's greedy tokens, as
-// one GPU does, prefix cache included. Not TP = 1's tokens bit for bit: the row-parallel layers'
+// one GPU does, prefix cache included (a MoE model too: each rank runs its slice of every
+// expert's intermediate). Not TP = 1's tokens bit for bit: the row-parallel layers'
 // partial sums are bf16 activations, rounded on each rank before the all-reduce adds them (as in
 // vLLM), so a random-weight model's near-ties can go the other way (the CPU, with f32
 // activations and K summed in fixed chunks, is TP-invariant bit for bit).
@@ -76,7 +77,7 @@ TEST(CudaTensorParallel, TwoGpusGiveTheReferenceTokens) {
   int gpus = 0;
   ASSERT_EQ(cudaGetDeviceCount(&gpus), cudaSuccess);
   if (gpus < 2) GTEST_SKIP() << "needs 2 GPUs, this machine has " << gpus;
-  for (std::string preset : {"tiny", "tiny-qwen2"}) {
+  for (std::string preset : {"tiny", "tiny-qwen2", "qwen3-moe-tiny"}) {
     const std::string model = test::tiny_model(preset);
     ref::ReferenceModel reference(model, ref::Precision::kBf16Storage);
     const Prompts prompts = prompts_for(test::vocab_size(model));

@@ -293,18 +293,22 @@ std::unique_ptr<DeviceGraph> CudaBackend::capture_graph(const std::function<void
   return std::make_unique<CudaGraph>(graph, exec, stream_, device_);
 }
 
-float* CudaBackend::decode_workspace(size_t floats) {
-  const size_t bytes = floats * sizeof(float);
-  if (decode_ws_.bytes() < bytes) {
+void* CudaBackend::grow_workspace(Buffer& ws, size_t bytes, const char* op) {
+  if (ws.bytes() < bytes) {
     NV_CHECK(!capturing(),
-             "cuda attention_decode needs {} bytes of workspace during graph capture (have {}): "
-             "warm up with the largest batch and block table before capturing",
-             bytes, decode_ws_.bytes());
+             "cuda {} needs {} bytes of workspace during graph capture (have {}): warm up with "
+             "the largest step before capturing",
+             op, bytes, ws.bytes());
     // The old buffer stays alive: graphs captured before this growth still write into it.
-    if (decode_ws_.data()) retired_ws_.push_back(std::move(decode_ws_));
-    decode_ws_ = alloc(bytes);
+    if (ws.data()) retired_ws_.push_back(std::move(ws));
+    ws = alloc(bytes);
   }
-  return static_cast<float*>(decode_ws_.data());
+  return ws.data();
+}
+
+float* CudaBackend::decode_workspace(size_t floats) {
+  return static_cast<float*>(
+      grow_workspace(decode_ws_, floats * sizeof(float), "attention_decode"));
 }
 
 // ---- weights ----

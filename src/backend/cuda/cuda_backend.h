@@ -13,6 +13,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "backend/backend.h"
@@ -62,6 +63,10 @@ class CudaBackend : public Backend {
                          float scale) override;
   void attention_decode(Tensor out, Tensor q, const LayerKVCache& cache, const ForwardBatch& batch,
                         float scale) override;
+  // fused_moe.cpp: router, sort by expert, grouped expert GEMMs and combine, all driven by device
+  // data (graph-safe once warmed up); bf16 experts only.
+  void fused_moe(Tensor out, Tensor x, Tensor router_logits, const MoeWeights& experts, int top_k,
+                 bool renormalize) override;
   void gather_rows(Tensor out, Tensor x, Tensor indices) override;
   void sample(Tensor out, Tensor logits, const ForwardBatch& batch) override;
 
@@ -75,6 +80,13 @@ class CudaBackend : public Backend {
   void use_device() const;  // makes device_ the calling thread's current device
   bool capturing() const;
   float* decode_workspace(size_t floats);  // grows outside graph capture only
+  // ws, grown to at least `bytes` (outside graph capture only; the old buffer is retired, not
+  // freed, as graphs captured before may use it).
+  void* grow_workspace(Buffer& ws, size_t bytes, const char* op);
+  // The device table of the experts' weight pointers ([2E]: gate_up[0..E), then down[0..E)),
+  // made on first use of `experts` and remade when its weights moved (both outside capture).
+  const uint16_t* const* moe_weight_table(const MoeWeights& experts, int64_t hidden,
+                                          int64_t intermediate);
 
   int device_ = 0;
   int num_sms_ = 1;
@@ -82,7 +94,15 @@ class CudaBackend : public Backend {
   std::string description_;
   std::unique_ptr<LtGemm> gemm_;
   Buffer decode_ws_;
-  std::vector<Buffer> retired_ws_;  // smaller decode workspaces that captured graphs may use
+  Buffer moe_ws_;                   // fused_moe's scratch, for the largest chunk seen
+  std::vector<Buffer> retired_ws_;  // smaller workspaces that captured graphs may use
+  // Per MoeWeights (by address): its experts' pointers on the host (to notice a change) and the
+  // device table the grouped GEMMs read. A few KB per sparse layer, kept for the backend's life.
+  struct MoeTable {
+    std::vector<const void*> host;  // [2E]
+    Buffer device;                  // [2E] the same pointers
+  };
+  std::unordered_map<const MoeWeights*, MoeTable> moe_tables_;
   std::unique_ptr<cpu::CpuBackend> host_sampler_;  // min_p / top-k / top-p / processed logits
 };
 

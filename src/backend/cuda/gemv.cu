@@ -1,16 +1,16 @@
 // bf16 GEMV for small M (1..16 rows, decode): cuBLASLt is far from bandwidth there. One warp
 // per output feature n: each lane streams 16-byte chunks of w[n] (4 in flight), multiplies them
 // with the same chunk of every x row (read through L1: all warps of a CTA share them), then the
-// warp sums each row. Row m's result is the same for every M: same lanes, same order.
+// warp sums each row (the loop is gemv.cuh's, shared with the experts' GEMV in moe.cu). Row m's
+// result is the same for every M: same lanes, same order.
 #include "backend/cuda/common.cuh"
+#include "backend/cuda/gemv.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.h"
 
 namespace nanovllm::cuda {
 
 namespace {
-
-constexpr int kUnroll = 4;
 
 template <int MT, bool kF32Out>
 __global__ void __launch_bounds__(kGemvWarps * 32)
@@ -24,33 +24,8 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
   float acc[MT];
 #pragma unroll
   for (int r = 0; r < MT; ++r) acc[r] = 0.0f;
-  const int64_t chunks = k / 8;
-  for (int64_t c0 = lane; c0 < chunks; c0 += 32 * kUnroll) {
-    uint4 wv[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t c = c0 + u * 32;
-      wv[u] = c < chunks ? __ldg(reinterpret_cast<const uint4*>(wr) + c) : make_uint4(0, 0, 0, 0);
-    }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t c = c0 + u * 32;
-      if (c >= chunks) break;
-      float wf[8];
-      unpack8(wv[u], wf);
-#pragma unroll
-      for (int r = 0; r < MT; ++r) {
-        if (r < m) {
-          float xf[8];
-          unpack8(__ldg(reinterpret_cast<const uint4*>(x + r * x_stride) + c), xf);
-          float s = 0.0f;
-#pragma unroll
-          for (int e = 0; e < 8; ++e) s += wf[e] * xf[e];
-          acc[r] += s;
-        }
-      }
-    }
-  }
+  const auto x_row = [&](int r) { return x + r * x_stride; };
+  gemv_lane_dots<MT>(acc, wr, x_row, m, k, lane);
   const float b = bias ? ld_bf16(bias + col) : 0.0f;
 #pragma unroll
   for (int r = 0; r < MT; ++r) {

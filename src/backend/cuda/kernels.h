@@ -110,6 +110,43 @@ void launch_gemv(void* out, bool out_f32, int64_t out_stride, const uint16_t* x,
                  const uint16_t* w, const uint16_t* bias, int64_t m, int64_t n, int64_t k,
                  cudaStream_t stream);
 
+// moe.cu: fused_moe's kernels (CudaBackend::fused_moe in fused_moe.cpp runs them per chunk of
+// tokens). A chunk's n = tokens * top_k (token, slot) pairs: pair p = t * top_k + j is slot j of
+// token t, and each pair owns one row of the expert GEMMs, rows sorted by expert (stable: by
+// pair within an expert). Every size below is read on the device, so the launches are the same
+// for every routing (graph capture) and an expert without rows costs nothing.
+struct MoeRouting {
+  int32_t* topk_ids = nullptr;        // [tokens, top_k] the expert of each pair, routing order
+  float* topk_weights = nullptr;      // [tokens, top_k] its weight
+  int32_t* expert_offsets = nullptr;  // [E + 1] first row of each expert's rows; [E] = n
+  int32_t* pair_row = nullptr;        // [n] pair -> its row
+  int32_t* row_token = nullptr;       // [n] row -> the token (of the chunk) it belongs to
+  int32_t* items = nullptr;           // [max_items, 2] (expert, first row) of each row tile
+  int32_t* num_items = nullptr;       // [1] the tiles in use
+};
+// The router (runtime/moe_routing.h's rule, f32): topk_ids / topk_weights of each token from
+// logits f32 [tokens, E] (row stride logits_stride).
+void launch_moe_route(const MoeRouting& r, const float* logits, int64_t logits_stride,
+                      int64_t tokens, int num_experts, int top_k, bool renormalize,
+                      cudaStream_t stream);
+// Counting sort of the pairs by expert (one CTA; E <= kMoeMaxExperts): expert_offsets,
+// pair_row, row_token, and the work items, tiles of tile_rows rows of one expert.
+void launch_moe_align(const MoeRouting& r, int64_t tokens, int num_experts, int top_k,
+                      int tile_rows, cudaStream_t stream);
+// Grouped GEMM over the work items: out[row] = x[src(row)] @ weights[expert(row)]^T, bf16 [n, k]
+// weights, f32 accumulation, bf16 out [rows, n]; src(row) = row_token[row], or row itself when
+// row_token is null. tiled: kMoeTileM-row tiles (launch.h), else the grouped GEMV with tiles of
+// tile_rows (gemv_m_tile) rows. k % 8 == 0, x rows and weights 16-byte aligned.
+void launch_moe_gemm(uint16_t* out, int64_t out_stride, const uint16_t* x, int64_t x_stride,
+                     const int32_t* row_token, const uint16_t* const* weights, const MoeRouting& r,
+                     int64_t max_items, bool tiled, int tile_rows, int64_t n, int64_t k,
+                     cudaStream_t stream);
+// out[t] = sum_j topk_weights[t, j] * y[pair_row[t * top_k + j]] for j = 0..top_k-1 in order, f32
+// sums, bf16 out [tokens, hidden] (hidden % 8 == 0, rows 16-byte aligned).
+void launch_moe_combine(uint16_t* out, int64_t out_stride, const uint16_t* y, int64_t y_stride,
+                        const MoeRouting& r, int64_t tokens, int top_k, int64_t hidden,
+                        cudaStream_t stream);
+
 // sampler.cu: the rule of runtime/sampling_rng.h without min_p and logit processing: greedy,
 // the exponential race, top-k up to kMaxDeviceTopK and top-p. out[b] = -1 where the device
 // cannot decide (top-p alone whose nucleus exceeds kMaxDeviceTopK tokens): the host samples it.

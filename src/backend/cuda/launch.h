@@ -83,6 +83,52 @@ inline int64_t gemm_algo_m(int64_t m) {
   return (m + 255) / 256 * 256;
 }
 
+// fused_moe (moe.cu). The step's (token, expert) pairs become rows sorted by expert, and the
+// expert GEMMs run over work items: (expert, tile of up to `tile rows` of its rows).
+inline constexpr int kMoeMaxExperts = 1024;  // the align kernel: one CTA, a thread per expert
+inline constexpr int kMoeAlignThreads = 1024;
+inline constexpr int kMoeRouterWarps = 4;  // one token per warp
+// The tiled expert GEMM (prefill): a 64 x 64 output tile per CTA of 256 threads, k steps of 32.
+inline constexpr int kMoeTileM = 64;
+inline constexpr int kMoeTileN = 64;
+inline constexpr int kMoeTileK = 32;
+inline constexpr int kMoeTileThreads = 256;
+// Scratch of one chunk of tokens at most this many bytes (the CPU chunks too): a 16k-token
+// prefill of Qwen3-30B-A3B would otherwise want 0.7 GiB of expert rows.
+inline constexpr int64_t kMoeScratchBytes = int64_t(256) << 20;
+// And at most this many rows (keeps the work items of a chunk under the grid's y limit).
+inline constexpr int64_t kMoeMaxChunkRows = int64_t(1) << 20;
+
+// Work items for n rows over num_experts experts in tiles of `tile_rows`: at most
+// floor(n / tile) full tiles plus one partial tile per expert with rows (the grid's y extent;
+// CTAs past the device's count exit).
+inline int64_t moe_max_items(int64_t n, int64_t num_experts, int tile_rows) {
+  return n / tile_rows + (num_experts < n ? num_experts : n);
+}
+
+// Whether a chunk of `tokens` tokens runs the tiled GEMM (else the grouped GEMV, which reads each
+// used expert's weights once per 16 rows): when the experts average more than kGemvMaxM rows.
+// Decided on tokens rounded up to 16, so an eager decode batch and the graph bucket it pads to
+// (1, 2, 4, 8, then multiples of 16) take the same path.
+inline bool moe_use_tiled(int64_t tokens, int64_t top_k, int64_t num_experts) {
+  return (tokens + 15) / 16 * 16 * top_k > kGemvMaxM * num_experts;
+}
+
+// Rows per work item: kMoeTileM for the tiled GEMM, else the GEMV's M tile for the most rows one
+// expert can get (a token picks an expert at most once: min(tokens, 16)).
+inline int moe_tile_rows(int64_t tokens, int64_t top_k, int64_t num_experts) {
+  if (moe_use_tiled(tokens, top_k, num_experts)) return kMoeTileM;
+  return gemv_m_tile(tokens < kGemvMaxM ? tokens : kGemvMaxM);
+}
+
+// Tokens per chunk: as many as keep top_k * tokens rows of row_bytes under kMoeScratchBytes and
+// kMoeMaxChunkRows, at least 1, at most `tokens`.
+inline int64_t moe_chunk_tokens(int64_t tokens, int64_t top_k, int64_t row_bytes) {
+  int64_t fit = kMoeScratchBytes / (top_k * row_bytes);
+  if (fit > kMoeMaxChunkRows / top_k) fit = kMoeMaxChunkRows / top_k;
+  return fit < 1 ? 1 : (fit < tokens ? fit : tokens);
+}
+
 // Blocks for n items at `per_block` items each, capped for grid-stride loops.
 inline int64_t blocks_for(int64_t n, int64_t per_block, int64_t cap = 65535LL * 16) {
   const int64_t b = (n + per_block - 1) / per_block;
