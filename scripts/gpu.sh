@@ -12,7 +12,7 @@
 #          the Qwen3 tokenizer files when .gpu/tokenizer has them), `nanovllm bench --device
 #          cuda` with graphs, with --enforce-eager and with --kv-cache-dtype fp8, and greedy
 #          outputs of 8 prompts scored against transformers' fp32 forward (hf_compare.py) on
-#          that folder and on tiny-qwen2, tiny-llama and tiny-mistral
+#          that folder and on tiny-qwen2, tiny-llama, tiny-mistral, qwen3-moe-tiny and tiny-mixtral
 #   peer   nano-vllm (.gpu/nano-vllm, its flash-attn stand-in checked first by check_shim.py)
 #          beside us on the same folder and workload: 3 interleaved rounds of nano-vllm, ours
 #          with a bf16 KV cache and ours with fp8; medians and ratios (about 7 minutes)
@@ -140,7 +140,7 @@ print(f'{t:,.0f} output tok/s ({n:,.0f} tokens); bound {bound:.2f} s = {best:,.0
   # then each other family the engine loads (tiny presets: seconds each).
   greedy_vs_hf "$model" qwen3-0.6b
   local p
-  for p in tiny-qwen2 tiny-llama tiny-mistral; do
+  for p in tiny-qwen2 tiny-llama tiny-mistral qwen3-moe-tiny tiny-mixtral; do
     if [ -f ".gpu/models/$p/config.json" ] ||
         "$bin" make-model --preset "$p" --out ".gpu/models/$p" > "$out/make_model_$p.log" 2>&1; then
       greedy_vs_hf ".gpu/models/$p" "$p"
