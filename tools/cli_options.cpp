@@ -1,6 +1,7 @@
 #include "tools/cli_options.h"
 
 #include "util/check.h"
+#include "util/file.h"
 #include "util/parse_size.h"
 
 namespace nanovllm::cli {
@@ -32,6 +33,41 @@ void add_sampling_flags(CLI::App& cmd, SamplingParams& p) {
       ->default_str("the model's, else 1");
   cmd.add_option("--min-p", p.min_p, "drop tokens less likely than min_p times the most likely, [0, 1]");
   cmd.add_option("--stop", p.stop, "stop before this text (repeatable)")->default_str("none");
+  add_structured_flags(cmd, p);
+}
+
+void add_structured_flags(CLI::App& cmd, SamplingParams& p) {
+  auto so = [&p]() -> StructuredOutputsParams& {
+    if (!p.structured_outputs) p.structured_outputs.emplace();
+    return *p.structured_outputs;
+  };
+  // A file's text, read when the flag is parsed (a missing file is a usage error naming it).
+  auto file_text = [](const std::string& path) {
+    try {
+      return read_file(path);
+    } catch (const Error& e) {
+      throw CLI::ValidationError(e.what());
+    }
+  };
+  auto* schema = cmd.add_option_function<std::string>(
+      "--json-schema", [so, file_text](const std::string& f) { so().json = file_text(f); },
+      "constrain the output to this JSON schema (a file)");
+  schema->type_name("FILE");
+  auto* object = cmd.add_flag_function("--json-object", [so](int64_t) { so().json_object = true; },
+                                       "constrain the output to a JSON object");
+  auto* regex = cmd.add_option_function<std::string>(
+      "--regex", [so](const std::string& r) { so().regex = r; }, "constrain the output to match this regex");
+  auto* choice = cmd.add_option_function<std::vector<std::string>>(
+      "--choice", [so](const std::vector<std::string>& c) { so().choice = c; },
+      "the output is exactly one of these strings (repeatable)");
+  auto* grammar = cmd.add_option_function<std::string>(
+      "--grammar", [so, file_text](const std::string& f) { so().grammar = file_text(f); },
+      "constrain the output to this GBNF grammar (a file; rule root)");
+  grammar->type_name("FILE");
+  const std::vector<CLI::Option*> all = {schema, object, regex, choice, grammar};
+  for (CLI::Option* a : all)
+    for (CLI::Option* b : all)
+      if (a != b) a->excludes(b);
 }
 
 }  // namespace nanovllm::cli

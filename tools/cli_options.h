@@ -13,8 +13,11 @@ namespace nanovllm::cli {
 // A byte-size option: src/util/parse_size.h's forms; --help shows the default as a size.
 CLI::Option* add_size_option(CLI::App& cmd, const std::string& name, int64_t& bytes, const std::string& help);
 
-// --temperature --top-k --top-p --min-p --stop (repeatable) into `params`; unset ones keep the
-// model's generation_config.json value (or SamplingParams' default).
+// --temperature --top-k --top-p --min-p --stop (repeatable) and add_structured_flags' into
+// `params`; unset ones keep the model's generation_config.json value (or SamplingParams' default).
 void add_sampling_flags(CLI::App& cmd, SamplingParams& params);
+// Structured outputs (SamplingParams::structured_outputs), at most one of: --json-schema FILE,
+// --json-object, --regex R, --choice S (repeatable), --grammar FILE (GBNF).
+void add_structured_flags(CLI::App& cmd, SamplingParams& params);
 
 }  // namespace nanovllm::cli

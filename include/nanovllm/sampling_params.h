@@ -7,6 +7,18 @@
 
 namespace nanovllm {
 
+// Structured outputs (vLLM's StructuredOutputsParams): the output is constrained token by token
+// to a language; set exactly one field. Tokens the grammar refuses are masked before every other
+// step of sampling, and EOS is allowed only where the output is complete. A schema, regex or
+// grammar the engine cannot compile is an Error naming the keyword or rule (add_request).
+struct StructuredOutputsParams {
+  std::optional<std::string> json;                 // a JSON schema (its text)
+  bool json_object = false;                        // any JSON object
+  std::optional<std::string> regex;                // the whole output matches it
+  std::optional<std::vector<std::string>> choice;  // the output is one of these strings
+  std::optional<std::string> grammar;              // a GBNF grammar (llama.cpp's), rule `root`
+};
+
 // Per-request sampling, vLLM's SamplingParams. Fields left unset (std::optional) take the model's
 // generation_config.json defaults, then the values given below. LLMEngine::validate (called by
 // add_request) rejects out-of-range values with a nanovllm::Error whose message names the field,
@@ -61,6 +73,9 @@ struct SamplingParams {
   // With n > 1, sample 0 alone reports them (the prompt is the same).
   std::optional<int> prompt_logprobs;
   bool skip_special_tokens = true;  // decode output text without special tokens
+
+  // ---- structure ----
+  std::optional<StructuredOutputsParams> structured_outputs;  // unset: unconstrained
 };
 
 }  // namespace nanovllm

@@ -76,6 +76,7 @@ std::vector<std::shared_ptr<RequestStream>> AsyncLLMEngine::add_requests(
   for (size_t i = 0; i < prompts.size(); ++i) {
     try {
       engine_.validate(prompts[i], param(i));  // const: reads the immutable config only
+      engine_.compile_structured(param(i));    // thread-safe: a bad grammar is refused here
     } catch (const Error& e) {
       fail("request {}: {}", i, e.what());
     }

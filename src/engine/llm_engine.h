@@ -2,6 +2,7 @@
 // LLMEngine: requests in, one step at a time (nano-vllm's engine/llm_engine.py):
 // step() = schedule -> run -> postprocess.
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <vector>
 
@@ -14,6 +15,8 @@
 #include "nanovllm/config.h"
 #include "nanovllm/logprobs.h"
 #include "nanovllm/sampling_params.h"
+#include "structured/grammar_cache.h"
+#include "structured/token_vocabulary.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -54,6 +57,11 @@ class LLMEngine {
   // enable_prefix_caching off they compute the prompt themselves).
   int64_t add_request(std::vector<int32_t> prompt, const SamplingParams& params);
   void validate(const std::vector<int32_t>& prompt, const SamplingParams& params) const;
+  // params.structured_outputs compiled (cached by its text: add_request compiles it again for
+  // free), or nullptr when unset. Error naming the keyword or rule the grammar engine refused, or
+  // the field set wrongly. Thread-safe (AsyncLLMEngine calls it on the caller's thread, so a bad
+  // schema is refused before the request is queued).
+  std::shared_ptr<const structured::CompiledGrammar> compile_structured(const SamplingParams& params);
   // One step: schedule, run, postprocess. A step whose run (or postprocess) throws ends the
   // sequences it ran with FinishReason::ERROR and the exception's message (in StepResult::finished)
   // and leaves the rest of the engine as before: their blocks are freed, no prefix-cache hash is
@@ -99,6 +107,11 @@ class LLMEngine {
   int64_t next_seq_id_ = 0;
   // Unseeded requests draw from this, so runs differ; an explicit seed repeats.
   uint64_t base_seed_ = draw_base_seed();
+  // Structured outputs: compiled grammars by their text, and the vocabulary their masks range
+  // over (built from the tokenizer on the first constrained request).
+  structured::GrammarCache grammar_cache_;
+  std::once_flag grammar_vocab_once_;
+  std::shared_ptr<const structured::TokenVocabulary> grammar_vocab_;
   // Samples 1..n-1 of a request, by the request id, until sample 0 has its prompt computed.
   std::vector<std::pair<int64_t, std::vector<std::unique_ptr<Sequence>>>> pending_siblings_;
 };

@@ -104,8 +104,39 @@ ResolvedSampling LLMEngine::resolve(const SamplingParams& p, int64_t request_id)
   return r;
 }
 
+std::shared_ptr<const structured::CompiledGrammar> LLMEngine::compile_structured(
+    const SamplingParams& params) {
+  if (!params.structured_outputs) return nullptr;
+  const StructuredOutputsParams& so = *params.structured_outputs;
+  using Kind = structured::GrammarSpec::Kind;
+  structured::GrammarSpec spec;
+  int set = 0;
+  if (so.json) spec = {Kind::kJsonSchema, *so.json, {}}, ++set;
+  if (so.json_object) spec = {Kind::kJsonObject, "", {}}, ++set;
+  if (so.regex) spec = {Kind::kRegex, *so.regex, {}}, ++set;
+  if (so.choice) spec = {Kind::kChoice, "", *so.choice}, ++set;
+  if (so.grammar) spec = {Kind::kGbnf, *so.grammar, {}}, ++set;
+  if (set != 1)
+    fail("structured_outputs: set exactly one of json, json_object, regex, choice, grammar (got {})", set);
+  if (so.choice && so.choice->empty()) fail("structured_outputs: choice is an empty list");
+  if (params.min_tokens > 0)
+    fail("structured_outputs: min_tokens is not supported with a grammar (the grammar decides "
+         "where the output may end)");
+  if (eos_token_ids_.empty()) fail("structured_outputs: the model has no eos_token_id to end an output with");
+  const Tokenizer& tokenizer = require_tokenizer();
+  std::call_once(grammar_vocab_once_, [&] {
+    grammar_vocab_ = std::make_shared<const structured::TokenVocabulary>(
+        tokenizer, model_config_.vocab_size, std::vector<int32_t>(eos_token_ids_.begin(), eos_token_ids_.end()));
+  });
+  return grammar_cache_.get(spec);
+}
+
 int64_t LLMEngine::add_request(std::vector<int32_t> prompt, const SamplingParams& params) {
   validate(prompt, params);
+  const std::shared_ptr<const structured::CompiledGrammar> grammar = compile_structured(params);
+  auto constrain = [&](Sequence& seq) {
+    if (grammar) seq.grammar = std::make_unique<structured::GrammarMatcher>(grammar, grammar_vocab_);
+  };
   const int64_t id = next_seq_id_;
   next_seq_id_ += params.n;
   const ResolvedSampling resolved = resolve(params, id);
@@ -117,9 +148,11 @@ int64_t LLMEngine::add_request(std::vector<int32_t> prompt, const SamplingParams
     s.prompt_logprobs.reset();  // the prompt's logprobs come with sample 0
     auto seq = std::make_unique<Sequence>(id + i, prompt, s, config_.block_size);
     seq->request_id = id;
+    constrain(*seq);
     siblings.push_back(std::move(seq));
   }
   auto first = std::make_unique<Sequence>(id, std::move(prompt), resolved, config_.block_size);
+  constrain(*first);
   scheduler_->add(std::move(first));
   if (!siblings.empty()) pending_siblings_.emplace_back(id, std::move(siblings));
   return id;

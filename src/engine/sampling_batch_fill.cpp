@@ -22,6 +22,27 @@ void fill_sampling_batch(SamplingBatch& out, const std::vector<Sequence*>& seqs)
     if (seq.num_completion_tokens() < s.min_tokens) r.masked = s.min_tokens_mask;
   }
   build_sampling_batch(out, rows);
+  fill_grammar_masks(out, seqs);
+}
+
+void fill_grammar_masks(SamplingBatch& out, const std::vector<Sequence*>& seqs) {
+  int32_t words = 0;
+  for (const Sequence* seq : seqs)
+    if (seq->grammar) words = seq->grammar->vocab().num_bitmask_words();
+  if (words == 0) return;
+  out.bitmask_words = words;
+  out.bitmask.assign(seqs.size() * size_t(words), 0);
+  out.has_bitmask.assign(seqs.size(), 0);
+  for (size_t b = 0; b < seqs.size(); ++b) {
+    Sequence& seq = *seqs[b];
+    // Only a seq that samples this step: decode, or the last chunk of its prompt.
+    if (!seq.grammar || seq.num_cached_tokens + seq.num_scheduled_tokens < seq.num_tokens()) continue;
+    uint32_t* row = out.bitmask.data() + b * size_t(words);
+    // A dead end (nothing allowed) samples unconstrained; postprocess then refuses the token and
+    // ends the request with an error rather than sampling from nothing.
+    if (seq.grammar->fill_next_token_bitmask(row) == 0) continue;
+    out.has_bitmask[b] = 1;
+  }
 }
 
 }  // namespace nanovllm

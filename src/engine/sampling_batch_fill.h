@@ -11,5 +11,8 @@ namespace nanovllm {
 // One row per seq, in order (the batch's sequence order). All arrays stay empty when no seq
 // uses any of these fields.
 void fill_sampling_batch(SamplingBatch& out, const std::vector<Sequence*>& seqs);
+// The allowed-token bitmasks of the seqs with a grammar that sample this step (part of
+// fill_sampling_batch); nothing when none has one.
+void fill_grammar_masks(SamplingBatch& out, const std::vector<Sequence*>& seqs);
 
 }  // namespace nanovllm

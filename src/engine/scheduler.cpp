@@ -159,8 +159,17 @@ void Scheduler::postprocess(const std::vector<Sequence*>& seqs,
       block_manager_.cache_blocks(seq);  // publishes the block this token filled, if it did
     }
     int32_t token = token_ids[i];
+    if (seq.grammar && !seq.grammar->accept_token(token)) {  // only at a dead end
+      seq.error = fmt::format("request {}: structured output: the grammar allows no token after "
+                              "{} generated tokens (dead end)", seq.seq_id, seq.num_completion_tokens());
+      finish(seq, FinishReason::ERROR);
+      finished.push_back(&seq);
+      continue;
+    }
     seq.append_token(token);
     if (is_stop_token(seq, token)) {
+      finish(seq, FinishReason::STOP);
+    } else if (seq.grammar && seq.grammar->is_terminated()) {  // complete: nothing may follow
       finish(seq, FinishReason::STOP);
     } else if (seq.num_completion_tokens() >= seq.sampling.max_tokens ||
                seq.num_tokens() >= config_.max_model_len) {

@@ -1,6 +1,7 @@
 #pragma once
 // Sequence: one request's tokens and scheduling state (nano-vllm's engine/sequence.py).
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -8,6 +9,7 @@
 
 #include "nanovllm/logprobs.h"
 #include "nanovllm/sampling_params.h"
+#include "structured/grammar_matcher.h"
 
 namespace nanovllm {
 
@@ -59,6 +61,9 @@ class Sequence {
   // the rows (num_prompt_tokens - 1 entries once the prompt is done).
   std::vector<StepLogprobs> prompt_logprobs;
   bool prompt_logprobs_reported = false;
+  // SamplingParams::structured_outputs: the grammar's state over the tokens generated so far
+  // (each sample of a request has its own); nullptr when unconstrained.
+  std::unique_ptr<structured::GrammarMatcher> grammar;
 
   int num_tokens() const { return int(token_ids.size()); }
   int num_completion_tokens() const { return num_tokens() - num_prompt_tokens; }

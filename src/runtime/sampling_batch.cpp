@@ -12,6 +12,9 @@ void SamplingBatch::clear() {
   num_logprobs.clear();
   adjust_offsets.clear();
   adjusts.clear();
+  bitmask_words = 0;
+  bitmask.clear();
+  has_bitmask.clear();
 }
 
 namespace {

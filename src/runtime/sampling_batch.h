@@ -34,8 +34,16 @@ struct SamplingBatch {
   // token_id, ids unique. adjust_offsets is [num_seqs + 1] with first 0, or empty (no entries).
   std::vector<int32_t> adjust_offsets;
   std::vector<TokenAdjust> adjusts;
+  // Structured outputs: [num_seqs, bitmask_words] allowed tokens (bit t % 32 of word t / 32 set:
+  // token t allowed; every other token's logit is -inf before any other processing), with
+  // has_bitmask[b] = 1 where seq b's row applies. Empty when no seq is constrained.
+  int32_t bitmask_words = 0;
+  std::vector<uint32_t> bitmask;
+  std::vector<uint8_t> has_bitmask;
 
-  bool empty() const { return min_p.empty() && adjust_offsets.empty() && num_logprobs.empty(); }
+  bool empty() const {
+    return min_p.empty() && adjust_offsets.empty() && num_logprobs.empty() && bitmask.empty();
+  }
   void clear();
   bool any_logprobs() const {
     for (int32_t n : num_logprobs)
@@ -48,6 +56,12 @@ struct SamplingBatch {
   float frequency_of(int64_t b) const { return at(frequency_penalty, b, 0.0f); }
   float presence_of(int64_t b) const { return at(presence_penalty, b, 0.0f); }
   int32_t num_logprobs_of(int64_t b) const { return at(num_logprobs, b, int32_t(-1)); }
+  // Seq b's allowed-token bitmask, or nullptr when it is unconstrained.
+  const uint32_t* bitmask_of(int64_t b) const {
+    return size_t(b) < has_bitmask.size() && has_bitmask[size_t(b)]
+               ? bitmask.data() + size_t(b) * size_t(bitmask_words)
+               : nullptr;
+  }
   // Seq b's entries [adjusts_begin(b), adjusts_end(b)) (an empty range when it has none).
   const TokenAdjust* adjusts_begin(int64_t b) const {
     return size_t(b) + 1 < adjust_offsets.size() ? adjusts.data() + adjust_offsets[size_t(b)] : nullptr;

@@ -192,6 +192,62 @@ void parse_tools(const Json& body, OpenAIRequest& r) {
   }
 }
 
+// response_format (OpenAI: text, json_object, json_schema {name, schema, strict}) and vLLM's
+// structured_outputs {json, regex, choice, grammar, json_object}: at most one constraint. The
+// grammar engine compiles it when the request is queued (an Error there is a 400 naming the
+// keyword). A schema given as an object is passed on as its JSON text.
+void parse_structured(const Json& body, OpenAIRequest& r) {
+  std::optional<StructuredOutputsParams> so;
+  if (const Json* f = field(body, "response_format")) {
+    if (!f->is_object() || !f->contains("type") || !(*f)["type"].is_string())
+      bad_request("response_format", "'response_format' must be an object with a string 'type'");
+    const std::string type = (*f)["type"].get<std::string>();
+    if (type == "json_object") {
+      so.emplace().json_object = true;
+    } else if (type == "json_schema") {
+      const Json* js = field(*f, "json_schema");
+      if (!js || !js->is_object())
+        bad_request("response_format", "response_format 'json_schema' needs a 'json_schema' object");
+      const Json* schema = field(*js, "schema");
+      if (!schema || !schema->is_object())
+        bad_request("response_format", "response_format.json_schema needs a 'schema' object");
+      so.emplace().json = schema->dump();
+    } else if (type != "text") {
+      bad_request("response_format", "response_format type must be 'text', 'json_object' or 'json_schema', got '{}'", type);
+    }
+  }
+  if (const Json* s = field(body, "structured_outputs")) {
+    if (so) bad_request("structured_outputs", "give either 'response_format' or 'structured_outputs', not both");
+    if (!s->is_object()) bad_request("structured_outputs", "'structured_outputs' must be an object");
+    StructuredOutputsParams& p = so.emplace();
+    for (const auto& [key, v] : s->items()) {
+      if (v.is_null()) continue;
+      if (key == "json") {
+        if (!v.is_object() && !v.is_string() && !v.is_boolean())
+          bad_request("structured_outputs", "structured_outputs.json must be a schema (object or string)");
+        p.json = v.is_string() ? v.get<std::string>() : v.dump();
+      } else if (key == "json_object") {
+        if (!v.is_boolean()) bad_request("structured_outputs", "structured_outputs.json_object must be a boolean");
+        p.json_object = v.get<bool>();
+      } else if (key == "regex" || key == "grammar") {
+        if (!v.is_string()) bad_request("structured_outputs", "structured_outputs.{} must be a string", key);
+        (key == "regex" ? p.regex : p.grammar) = v.get<std::string>();
+      } else if (key == "choice") {
+        if (!v.is_array()) bad_request("structured_outputs", "structured_outputs.choice must be an array of strings");
+        std::vector<std::string> c;
+        for (const Json& x : v) {
+          if (!x.is_string()) bad_request("structured_outputs", "structured_outputs.choice must be an array of strings");
+          c.push_back(x.get<std::string>());
+        }
+        p.choice = std::move(c);
+      } else {
+        bad_request("structured_outputs", "structured_outputs.{} is not supported (json, regex, choice, grammar, json_object)", key);
+      }
+    }
+  }
+  r.params.structured_outputs = std::move(so);
+}
+
 void parse_sampling(const Json& body, OpenAIRequest& r, const RequestLimits& limits) {
   SamplingParams& p = r.params;
   if (auto v = get_number(body, "temperature")) {
@@ -340,11 +396,7 @@ OpenAIRequest openai_request_from_json(const Json& body, bool chat, const Reques
       if (!s->is_string() || !s->get_ref<const std::string&>().empty()) bad_request("suffix", "'suffix' is not supported");
     }
   }
-  if (const Json* f = field(body, "response_format")) {
-    if (!f->is_object() || f->value("type", "") != "text") {
-      bad_request("response_format", "only response_format {{\"type\": \"text\"}} is supported");
-    }
-  }
+  parse_structured(body, r);
   parse_sampling(body, r, limits);
   if (auto v = get_bool(body, "stream")) r.stream = *v;
   if (const Json* o = field(body, "stream_options")) {

@@ -222,6 +222,37 @@ await check("echo + logprobs + max_tokens 0 (lm-evaluation-harness's loglikeliho
     e => e instanceof OpenAI.BadRequestError && e.param === 'max_tokens');
 });
 
+await check('response_format json_schema and structured_outputs constrain the output', async () => {
+  const schema = { type: 'object', additionalProperties: false, required: ['city', 'rank'],
+    properties: { city: { type: 'string', maxLength: 10 }, rank: { type: 'integer', minimum: 1, maximum: 9 },
+      tags: { type: 'array', items: { enum: ['big', 'old'] }, maxItems: 2 } } };
+  for (const stream of [false, true]) {
+    const args = { model: modelName, messages: [{ role: 'user', content: 'A city as JSON.' }], max_tokens: 120,
+      temperature: 1, seed: 3, response_format: { type: 'json_schema', json_schema: { name: 'city', schema, strict: true } } };
+    const r = stream ? await collectChat(await client.chat.completions.create({ ...args, stream: true }))
+                     : await client.chat.completions.create(args);
+    const choice = stream ? { message: { content: r.content[0] }, finish_reason: r.finish[0] } : r.choices[0];
+    assert.equal(choice.finish_reason, 'stop');
+    const v = JSON.parse(choice.message.content);
+    assert.deepEqual(Object.keys(v).filter(k => !['city', 'rank', 'tags'].includes(k)), []);
+    assert.equal(typeof v.city, 'string');
+    assert.ok([...v.city].length <= 10, v.city);
+    assert.ok(Number.isInteger(v.rank) && v.rank >= 1 && v.rank <= 9, String(v.rank));
+    if (v.tags !== undefined) assert.ok(v.tags.length <= 2 && v.tags.every(t => t === 'big' || t === 'old'));
+  }
+  const c = await client.completions.create({ model: modelName, prompt, max_tokens: 10, temperature: 1, seed: 4,
+    structured_outputs: { choice: ['Paris', 'Lyon', 'Nice'] } });
+  assert.ok(['Paris', 'Lyon', 'Nice'].includes(c.choices[0].text), c.choices[0].text);
+  const o = await client.chat.completions.create({ model: modelName, messages: [{ role: 'user', content: 'JSON' }],
+    max_tokens: 200, temperature: 0, response_format: { type: 'json_object' } });
+  if (o.choices[0].finish_reason === 'stop') {
+    const v = JSON.parse(o.choices[0].message.content);
+    assert.ok(v !== null && typeof v === 'object' && !Array.isArray(v));
+  }
+  await assert.rejects(client.completions.create({ model: modelName, prompt, structured_outputs: { regex: '(a' } }),
+    e => e instanceof OpenAI.BadRequestError && /regex/.test(e.message));
+});
+
 await check('errors come back as the SDK error classes', async () => {
   await assert.rejects(client.completions.create({ model: modelName, prompt, temperature: -1 }),
     e => e instanceof OpenAI.BadRequestError && e.status === 400 && /temperature/.test(e.message));

@@ -307,6 +307,15 @@ void CpuBackend::sample(Tensor out, Tensor logits, const ForwardBatch& batch) {
         }
         y = ybuf.data();
       }
+      // Step 0, first in effect: a structured output's refused tokens to -inf.
+      if (const uint32_t* mask = sb.bitmask_of(b)) {
+        NV_CHECK(int64_t(sb.bitmask_words) * 32 >= v, "a bitmask of {} words for {} tokens",
+                 sb.bitmask_words, v);
+        if (y != ybuf.data()) ybuf.assign(x, x + v);
+        for (int64_t t = 0; t < v; ++t)
+          if (!((mask[t >> 5] >> (t & 31)) & 1u)) ybuf[size_t(t)] = -INFINITY;
+        y = ybuf.data();
+      }
       out.ptr<int32_t>()[b] = sample_processed(y, v, p, dbuf, cbuf);
     }
   });
