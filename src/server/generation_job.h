@@ -72,6 +72,8 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
   void finish_choice_stream(Choice& c);
   void complete();
   HttpResponse whole_response();
+  // A forced tool_choice's calls, parsed from the constrained JSON output (serving_output.cpp).
+  nlohmann::ordered_json forced_tool_calls(const Choice& c, const std::string& content) const;
   Json chunk(Json choices) const;
   void send_chunk(const Json& j) { out_ += "data: " + dump(j) + "\n\n"; }
   static std::string dump(const Json& j) {

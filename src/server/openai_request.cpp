@@ -182,14 +182,53 @@ void parse_tools(const Json& body, OpenAIRequest& r) {
   if (const Json* c = field(body, "tool_choice")) {
     if (c->is_string()) {
       r.tool_choice = c->get<std::string>();
-      if (r.tool_choice == "required") bad_request("tool_choice", "tool_choice 'required' is not supported (use 'auto')");
-      if (r.tool_choice != "none" && r.tool_choice != "auto") {
-        bad_request("tool_choice", "'tool_choice' must be 'none' or 'auto', got '{}'", r.tool_choice);
+      if (r.tool_choice != "none" && r.tool_choice != "auto" && r.tool_choice != "required") {
+        bad_request("tool_choice", "'tool_choice' must be 'none', 'auto', 'required' or a function, got '{}'", r.tool_choice);
       }
     } else {
-      bad_request("tool_choice", "a named tool_choice is not supported (use 'auto')");
+      const Json* f = c->is_object() ? field(*c, "function") : nullptr;
+      if (!f || !f->is_object() || !f->contains("name") || !(*f)["name"].is_string())
+        bad_request("tool_choice", "a named tool_choice is {{\"type\": \"function\", \"function\": {{\"name\": ...}}}}");
+      r.tool_choice = "function";
+      r.tool_choice_name = (*f)["name"].get<std::string>();
+    }
+    if (r.tool_choice == "required" || r.tool_choice == "function") {
+      if (r.tools.is_null()) bad_request("tool_choice", "tool_choice '{}' needs 'tools'", r.tool_choice);
+      bool found = r.tool_choice == "required";
+      for (const Json& t : r.tools) found = found || t["function"]["name"] == r.tool_choice_name;
+      if (!found) bad_request("tool_choice", "tool_choice names '{}', which is not among the tools", r.tool_choice_name);
     }
   }
+}
+
+// tool_choice "required" or a named function, as vLLM enforces them: the output is constrained to
+// JSON (a named function: its parameters schema; required: a non-empty array of {"name",
+// "parameters"} objects, one alternative per tool) and parsed into tool_calls by the server
+// (serving_output.cpp), whatever the model's own tool-call format.
+void constrain_tool_choice(OpenAIRequest& r) {
+  if (r.tool_choice != "required" && r.tool_choice != "function") return;
+  if (r.params.structured_outputs)
+    bad_request("tool_choice", "tool_choice '{}' cannot be combined with response_format or structured_outputs", r.tool_choice);
+  if (r.stream)
+    bad_request("tool_choice", "tool_choice '{}' with 'stream': true is not supported yet (use 'stream': false)", r.tool_choice);
+  auto parameters = [](const Json& tool) {
+    const Json* p = field(tool["function"], "parameters");
+    return p ? *p : Json{{"type", "object"}};
+  };
+  Json schema;
+  if (r.tool_choice == "function") {
+    for (const Json& t : r.tools)
+      if (t["function"]["name"] == r.tool_choice_name) schema = parameters(t);
+  } else {
+    Json any = Json::array();
+    for (const Json& t : r.tools) {
+      any.push_back({{"type", "object"},
+                     {"properties", {{"name", {{"const", t["function"]["name"]}}}, {"parameters", parameters(t)}}},
+                     {"required", {"name", "parameters"}}});
+    }
+    schema = {{"type", "array"}, {"minItems", 1}, {"items", {{"anyOf", any}}}};
+  }
+  r.params.structured_outputs.emplace().json = schema.dump();
 }
 
 // response_format (OpenAI: text, json_object, json_schema {name, schema, strict}) and vLLM's
@@ -399,6 +438,7 @@ OpenAIRequest openai_request_from_json(const Json& body, bool chat, const Reques
   parse_structured(body, r);
   parse_sampling(body, r, limits);
   if (auto v = get_bool(body, "stream")) r.stream = *v;
+  if (chat) constrain_tool_choice(r);
   if (const Json* o = field(body, "stream_options")) {
     if (!r.stream) bad_request("stream_options", "'stream_options' needs 'stream': true");
     if (!o->is_object()) bad_request("stream_options", "'stream_options' must be an object");

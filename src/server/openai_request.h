@@ -32,6 +32,7 @@ struct OpenAIRequest {
   nlohmann::ordered_json messages;      // chat
   nlohmann::ordered_json tools;         // chat: null or an array of {"type": "function", ...}
   std::string tool_choice = "auto";     // "none" | "auto" | "required" | "function" (named)
+  std::string tool_choice_name;         // the function a named tool_choice forces
   nlohmann::ordered_json chat_template_kwargs = nlohmann::ordered_json::object();
   bool add_generation_prompt = true;
   bool continue_final_message = false;

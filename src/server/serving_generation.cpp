@@ -22,7 +22,9 @@ void GenerationJob::start() {
   }
   stream_done_.assign(streams_.size(), false);
   prompt_logprobs_.assign(streams_.size(), {});
-  const bool parse_tools = req_.chat && !req_.tools.is_null() && req_.tool_choice != "none";
+  // "auto": the model's own tool-call format (hermes) is parsed from the text; "required" and a
+  // named function constrain the output to JSON instead (whole_response parses it).
+  const bool parse_tools = req_.chat && !req_.tools.is_null() && req_.tool_choice == "auto";
   for (size_t i = 0; i < streams_.size() * size_t(n); ++i) {
     Choice c;
     c.index = int(i);

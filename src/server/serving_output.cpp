@@ -156,6 +156,32 @@ void GenerationJob::complete() {
   });
 }
 
+// The tool calls of a forced tool_choice from the JSON the grammar held the output to
+// (openai_request.cpp constrain_tool_choice): a named function's arguments, or required's array of
+// {"name", "parameters"}. An output cut short (finish_reason "length") does not parse: no calls.
+Json GenerationJob::forced_tool_calls(const Choice& c, const std::string& content) const {
+  Json calls = Json::array();
+  Json v;
+  try {
+    v = Json::parse(content);
+  } catch (const Json::exception&) {
+    return calls;
+  }
+  auto call = [&](const std::string& name, const Json& args) {
+    calls.push_back({{"id", fmt::format("call_{}_{}_{}", id_, c.index, calls.size())},
+                     {"type", "function"},
+                     {"function", {{"name", name}, {"arguments", args.dump()}}}});
+  };
+  if (req_.tool_choice == "function") {
+    call(req_.tool_choice_name, v);
+  } else if (v.is_array()) {
+    for (const Json& item : v)
+      if (item.is_object() && item.contains("name") && item["name"].is_string() && item.contains("parameters"))
+        call(item["name"].get<std::string>(), item["parameters"]);
+  }
+  return calls;
+}
+
 HttpResponse GenerationJob::whole_response() {
   Json choices = Json::array();
   for (Choice& c : choices_) {
@@ -188,6 +214,10 @@ HttpResponse GenerationJob::whole_response() {
           message["tool_calls"] = tc;
           if (reason == "stop") reason = "tool_calls";
         }
+      } else if (req_.tool_choice == "required" || req_.tool_choice == "function") {
+        message["content"] = nullptr;
+        message["tool_calls"] = forced_tool_calls(c, r.content);
+        if (reason == "stop" && req_.tool_choice == "required") reason = "tool_calls";
       } else {
         message["content"] = r.content;
       }

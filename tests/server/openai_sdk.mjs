@@ -253,6 +253,46 @@ await check('response_format json_schema and structured_outputs constrain the ou
     e => e instanceof OpenAI.BadRequestError && /regex/.test(e.message));
 });
 
+await check('tool_choice required and a named function give schema-valid tool_calls', async () => {
+  const tools = [
+    { type: 'function', function: { name: 'get_weather', description: 'Weather of a city', parameters: {
+      type: 'object', properties: { city: { type: 'string', description: 'the city', maxLength: 12 },
+        unit: { type: 'string', enum: ['c', 'f'] } }, required: ['city'] } } },
+    { type: 'function', function: { name: 'get_time', parameters: {
+      type: 'object', properties: { tz: { type: 'string', maxLength: 6 } }, required: ['tz'] } } }];
+  const messages = [{ role: 'user', content: 'What is the weather in Paris?' }];
+  const named = await client.chat.completions.create({ model: modelName, messages, tools, max_tokens: 100,
+    temperature: 1, seed: 3, tool_choice: { type: 'function', function: { name: 'get_time' } } });
+  const call = named.choices[0].message.tool_calls[0];
+  assert.equal(named.choices[0].finish_reason, 'stop');
+  assert.equal(call.function.name, 'get_time');
+  const args = JSON.parse(call.function.arguments);
+  assert.deepEqual(Object.keys(args), ['tz']);
+  assert.ok(typeof args.tz === 'string' && [...args.tz].length <= 6, args.tz);
+  // required: a random-weight model may run to max_tokens inside the array; of 6 seeds, the ones
+  // that end must give calls that parse, and at least one must end.
+  let ended = 0;
+  for (let seed = 1; seed <= 6; seed++) {
+    const r = await client.chat.completions.create({ model: modelName, messages, tools, max_tokens: 200,
+      temperature: 1, seed, tool_choice: 'required' });
+    const ch = r.choices[0];
+    if (ch.finish_reason === 'length') continue;
+    ended++;
+    assert.equal(ch.finish_reason, 'tool_calls');
+    assert.ok(ch.message.tool_calls.length >= 1);
+    for (const tc of ch.message.tool_calls) {
+      assert.ok(['get_weather', 'get_time'].includes(tc.function.name));
+      const a = JSON.parse(tc.function.arguments);
+      if (tc.function.name === 'get_weather') assert.ok(typeof a.city === 'string' && (a.unit === undefined || ['c', 'f'].includes(a.unit)));
+      else assert.ok(typeof a.tz === 'string');
+    }
+  }
+  assert.ok(ended >= 1, 'no tool_choice required request ended within 200 tokens');
+  await assert.rejects(client.chat.completions.create({ model: modelName, messages, tools,
+    tool_choice: { type: 'function', function: { name: 'nope' } } }),
+    e => e instanceof OpenAI.BadRequestError && /nope/.test(e.message));
+});
+
 await check('errors come back as the SDK error classes', async () => {
   await assert.rejects(client.completions.create({ model: modelName, prompt, temperature: -1 }),
     e => e instanceof OpenAI.BadRequestError && e.status === 400 && /temperature/.test(e.message));

@@ -18,7 +18,7 @@ TEST(ServerOpenAISdk, AllChecksPass) {
                                          "/nanovllm " + model);
   EXPECT_EQ(status, 0) << out << "\nserver log:\n" << server.log();
   EXPECT_EQ(out.find("FAIL"), std::string::npos) << out;
-  EXPECT_NE(out.find("12 passed"), std::string::npos) << out;
+  EXPECT_NE(out.find("13 passed"), std::string::npos) << out;
   EXPECT_EQ(server.stop(SIGTERM), 0) << server.log();
 }
 
