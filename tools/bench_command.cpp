@@ -18,6 +18,7 @@
 #include "model/weights.h"
 #include "nanovllm/llm.h"
 #include "tools/bench_report.h"
+#include "tools/cli_options.h"
 #include "tools/commands.h"
 #include "util/bench_workload.h"
 #include "util/python_random.h"
@@ -80,6 +81,7 @@ void add_bench(CLI::App& app, Commands& commands) {
     bool roofline = true;
     bool sweep = false;
     std::vector<int> prefill_lens = {512};
+    SamplingParams constraint;  // --json-schema / --regex / ...: every request constrained
   };
   auto a = std::make_shared<Args>();
   add_engine_flags(*cmd, a->config);
@@ -94,6 +96,7 @@ void add_bench(CLI::App& app, Commands& commands) {
                   "512,4096,16384; each needs --max-model-len above it)")
       ->delimiter(',')
       ->check(CLI::PositiveNumber);
+  add_structured_flags(*cmd, a->constraint);
   cmd->add_flag("--sweep", a->sweep,
                 "instead of one workload: 1, 4, 16, 32 and 64 sequences of 128 prompt + 128 output "
                 "tokens, one table");
@@ -169,12 +172,15 @@ void add_bench(CLI::App& app, Commands& commands) {
         params[i].ignore_eos = true;
         params[i].max_tokens = w.max_tokens[i];
         if (seed->count()) params[i].seed = a->seed + i;
+        params[i].structured_outputs = a->constraint.structured_outputs;
         r.prompt_lens.push_back(int(w.prompts[i].size()));
-        r.output_lens.push_back(w.max_tokens[i]);
       }
       const double t0 = now_seconds();
-      llm.generate(w.prompts, params, nullptr, [&](const GenerateProgress& p) { r.progress = p; });
+      const std::vector<GenerationOutput> outs =
+          llm.generate(w.prompts, params, nullptr, [&](const GenerateProgress& p) { r.progress = p; });
       r.seconds = now_seconds() - t0;
+      // The tokens generated: max_tokens each, unless a constraint's grammar ended an output early.
+      for (const GenerationOutput& o : outs) r.output_lens.push_back(int(o.token_ids.size()));
       return phase_figures(mc, r, kv_elem, quant, table, ceilings);
     };
 

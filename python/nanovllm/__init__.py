@@ -6,8 +6,8 @@
 """
 from nanovllm.config import Config
 from nanovllm.llm import LLM
-from nanovllm.sampling_params import SamplingParams
+from nanovllm.sampling_params import SamplingParams, StructuredOutputsParams
 from nanovllm.tokenizer import Tokenizer
 
-__all__ = ["LLM", "SamplingParams", "Config", "Tokenizer"]
+__all__ = ["LLM", "SamplingParams", "StructuredOutputsParams", "Config", "Tokenizer"]
 __version__ = "0.1.0"

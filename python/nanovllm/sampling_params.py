@@ -5,10 +5,18 @@ penalties off). None for temperature, top_k, top_p or repetition_penalty takes t
 generation_config.json value instead (as the CLI does when a flag is not given). temperature=0 is
 greedy (nano-vllm refuses it).
 Invalid values raise ValueError with the engine's message (the engine checks again per request).
+
+StructuredOutputsParams (vLLM's): SamplingParams(structured_outputs=StructuredOutputsParams(
+json=schema)) constrains the output token by token to a JSON schema (a dict, or its text), any
+JSON object (json_object=True), a regex (the whole output matches), one of a list of strings
+(choice) or a GBNF grammar (llama.cpp's, rule `root`). Set exactly one. A schema, regex or
+grammar the engine cannot compile raises ValueError naming the keyword or rule when generate
+(or stream) adds the request.
 """
+import json as _json
 import math
 from dataclasses import KW_ONLY, dataclass
-from typing import Optional
+from typing import Optional, Union
 
 from nanovllm import _C
 
@@ -28,6 +36,60 @@ def _check_type(name, value, types, optional=False):
     if not isinstance(value, types):
         raise TypeError(f"{name} must be {types[0].__name__}{' or None' if optional else ''}, "
                         f"got {type(value).__name__}")
+
+
+@dataclass
+class StructuredOutputsParams:
+    """vLLM's StructuredOutputsParams: set exactly one field (two or more raise ValueError here,
+    none when a SamplingParams takes it, with the engine's message)."""
+    json: Optional[Union[dict, str]] = None  # a JSON schema: a dict (sent as json.dumps) or text
+    regex: Optional[str] = None              # the whole output matches it
+    choice: Optional[list] = None            # the output is one of these strings
+    grammar: Optional[str] = None            # a GBNF grammar, rule `root`
+    json_object: Optional[bool] = None       # True: any JSON object
+
+    def __post_init__(self):
+        if isinstance(self.choice, tuple):
+            self.choice = list(self.choice)
+        if self.json is not None and (isinstance(self.json, bool)
+                                      or not isinstance(self.json, (dict, str))):
+            raise TypeError("structured_outputs.json must be a schema (a dict or a str), "
+                            f"got {type(self.json).__name__}")
+        _check_type("structured_outputs.regex", self.regex, (str,), optional=True)
+        _check_type("structured_outputs.grammar", self.grammar, (str,), optional=True)
+        _check_type("structured_outputs.json_object", self.json_object, (bool,), optional=True)
+        if self.choice is not None and not (isinstance(self.choice, list)
+                                            and all(isinstance(c, str) for c in self.choice)):
+            raise TypeError("structured_outputs.choice must be a list of strings")
+        if self.num_constraints() > 1:  # as vLLM: refused when made; none set: by SamplingParams
+            raise ValueError(self.validation_errors()[0])
+        self.to_c()  # TypeError now for a schema dict json.dumps cannot write
+
+    def num_constraints(self):
+        return sum([self.json is not None, bool(self.json_object), self.regex is not None,
+                    self.choice is not None, self.grammar is not None])
+
+    def validation_errors(self):
+        """The engine's messages for what it refuses before compiling (llm_engine_sampling.cpp);
+        what it refuses while compiling (a schema keyword, a regex, a rule) raises on generate."""
+        n = self.num_constraints()
+        if n != 1:
+            return ["structured_outputs: set exactly one of json, json_object, regex, choice, "
+                    f"grammar (got {n})"]
+        if self.choice is not None and not self.choice:
+            return ["structured_outputs: choice is an empty list"]
+        return []
+
+    def to_c(self):
+        """The engine's StructuredOutputsParams (a dict schema as its JSON text)."""
+        c = _C.StructuredOutputsParams()
+        if self.json is not None:
+            c.json = self.json if isinstance(self.json, str) else _json.dumps(self.json)
+        c.json_object = bool(self.json_object)
+        c.regex = self.regex
+        c.choice = None if self.choice is None else list(self.choice)
+        c.grammar = self.grammar
+        return c
 
 
 @dataclass
@@ -52,6 +114,7 @@ class SamplingParams:
     logprobs: Optional[int] = None           # [0, 20] top logprobs per token
     prompt_logprobs: Optional[int] = None    # [0, 20] (or -1: all) per prompt token, vLLM's field
     skip_special_tokens: bool = True
+    structured_outputs: Optional[StructuredOutputsParams] = None  # unset: unconstrained
 
     def __post_init__(self):
         if isinstance(self.stop, str):
@@ -70,6 +133,8 @@ class SamplingParams:
         _check_type("min_tokens", self.min_tokens, (int,))
         _check_type("logprobs", self.logprobs, (int,), optional=True)
         _check_type("prompt_logprobs", self.prompt_logprobs, (int,), optional=True)
+        _check_type("structured_outputs", self.structured_outputs, (StructuredOutputsParams,),
+                    optional=True)
         errors = self.validation_errors()
         if errors:
             raise ValueError(errors[0][1])
@@ -121,6 +186,12 @@ class SamplingParams:
                                    f"got {self.prompt_logprobs}")
         if self.seed is not None and not (0 <= self.seed < 2**64):
             bad("seed", f"seed must be in [0, 2^64), got {self.seed}")
+        if self.structured_outputs is not None:  # checked by the engine after the fields above
+            for msg in self.structured_outputs.validation_errors():
+                bad("structured_outputs", msg)
+            if self.min_tokens > 0:
+                bad("structured_outputs", "structured_outputs: min_tokens is not supported with a "
+                                          "grammar (the grammar decides where the output may end)")
         return out
 
     def to_c(self):
@@ -145,4 +216,6 @@ class SamplingParams:
         c.logprobs = self.logprobs
         c.prompt_logprobs = self.prompt_logprobs
         c.skip_special_tokens = self.skip_special_tokens
+        so = self.structured_outputs
+        c.structured_outputs = None if so is None else so.to_c()
         return c

@@ -39,6 +39,17 @@ void bind_config(py::module_& m) {
 }
 
 void bind_sampling_params(py::module_& m) {
+  // Structured outputs: set exactly one constraint (the engine refuses others when the request
+  // is added, with an Error naming the schema keyword or the grammar rule).
+  py::class_<StructuredOutputsParams>(m, "StructuredOutputsParams",
+                                      "Structured outputs (include/nanovllm/sampling_params.h)")
+      .def(py::init<>())
+      .def_readwrite("json", &StructuredOutputsParams::json)
+      .def_readwrite("json_object", &StructuredOutputsParams::json_object)
+      .def_readwrite("regex", &StructuredOutputsParams::regex)
+      .def_readwrite("choice", &StructuredOutputsParams::choice)
+      .def_readwrite("grammar", &StructuredOutputsParams::grammar);
+
   // Optional fields read and write None for "unset" (the model's generation_config decides).
   py::class_<SamplingParams>(m, "SamplingParams", "Per-request sampling (include/nanovllm/sampling_params.h)")
       .def(py::init<>())
@@ -60,7 +71,8 @@ void bind_sampling_params(py::module_& m) {
       .def_readwrite("include_stop_str_in_output", &SamplingParams::include_stop_str_in_output)
       .def_readwrite("logprobs", &SamplingParams::logprobs)
       .def_readwrite("prompt_logprobs", &SamplingParams::prompt_logprobs)
-      .def_readwrite("skip_special_tokens", &SamplingParams::skip_special_tokens);
+      .def_readwrite("skip_special_tokens", &SamplingParams::skip_special_tokens)
+      .def_readwrite("structured_outputs", &SamplingParams::structured_outputs);
 }
 
 void bind_tokenizer(py::module_& m) {
