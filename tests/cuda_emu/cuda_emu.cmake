@@ -38,12 +38,13 @@ foreach(src ${NANOVLLM_EMU_TESTS})
   target_link_libraries(emu_${name} PRIVATE nanovllm_cuda_emu nanovllm_test_support
     GTest::gtest_main)
   # Qwen3-0.6B-shaped layers take minutes in emulation: label heavy there. So do the MoE presets'
-  # prefix-cache and fp8 suites (30 to 80 s each here; their other suites stay in cuda_emu).
-  set(heavy_cases "CudaFp8Kv.Qwen3ShapesNearBf16:TinyShapesMoe/CudaEngine.PrefixCache*:TinyShapesMoe/CudaEngine.Fp8*")
+  # prefix-cache and fp8 suites (30 to 80 s each here; their other suites stay in cuda_emu), and
+  # structured outputs over Qwen3's whole vocabulary.
+  set(heavy_cases "CudaFp8Kv.Qwen3ShapesNearBf16:TinyShapesMoe/CudaEngine.PrefixCache*:TinyShapesMoe/CudaEngine.Fp8*:CudaStructured.*")
   gtest_discover_tests(emu_${name} TEST_PREFIX "emu." TEST_FILTER "-${heavy_cases}"
     PROPERTIES LABELS cuda_emu ENVIRONMENT "NANOVLLM_SOURCE_DIR=${CMAKE_CURRENT_SOURCE_DIR}\\;NANOVLLM_BINARY_DIR=${CMAKE_CURRENT_BINARY_DIR}"
     DISCOVERY_TIMEOUT 60)
-  if(name STREQUAL "cuda_engine_test")
+  if(name STREQUAL "cuda_engine_test" OR name STREQUAL "cuda_structured_test")
     gtest_discover_tests(emu_${name} TEST_PREFIX "emu." TEST_FILTER "${heavy_cases}"
       PROPERTIES LABELS heavy ENVIRONMENT "NANOVLLM_SOURCE_DIR=${CMAKE_CURRENT_SOURCE_DIR}\\;NANOVLLM_BINARY_DIR=${CMAKE_CURRENT_BINARY_DIR}"
       DISCOVERY_TIMEOUT 60)
