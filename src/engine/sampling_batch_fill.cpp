@@ -2,6 +2,8 @@
 
 #include <span>
 
+#include "util/check.h"
+
 namespace nanovllm {
 
 void fill_sampling_batch(SamplingBatch& out, const std::vector<Sequence*>& seqs) {
@@ -38,9 +40,14 @@ void fill_grammar_masks(SamplingBatch& out, const std::vector<Sequence*>& seqs) 
     // Only a seq that samples this step: decode, or the last chunk of its prompt.
     if (!seq.grammar || seq.num_cached_tokens + seq.num_scheduled_tokens < seq.num_tokens()) continue;
     uint32_t* row = out.bitmask.data() + b * size_t(words);
-    // A dead end (nothing allowed) samples unconstrained; postprocess then refuses the token and
-    // ends the request with an error rather than sampling from nothing.
-    if (seq.grammar->fill_next_token_bitmask(row) == 0) continue;
+    // A dead end (nothing allowed), or a limit the matcher hit (an Error naming it), samples
+    // unconstrained; postprocess then ends that request with an error, and only that one.
+    try {
+      if (seq.grammar->fill_next_token_bitmask(row) == 0) continue;
+    } catch (const Error& e) {
+      seq.grammar_error = e.what();
+      continue;
+    }
     out.has_bitmask[b] = 1;
   }
 }

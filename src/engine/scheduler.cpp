@@ -159,12 +159,23 @@ void Scheduler::postprocess(const std::vector<Sequence*>& seqs,
       block_manager_.cache_blocks(seq);  // publishes the block this token filled, if it did
     }
     int32_t token = token_ids[i];
-    if (seq.grammar && !seq.grammar->accept_token(token)) {  // only at a dead end
-      seq.error = fmt::format("request {}: structured output: the grammar allows no token after "
-                              "{} generated tokens (dead end)", seq.seq_id, seq.num_completion_tokens());
-      finish(seq, FinishReason::ERROR);
-      finished.push_back(&seq);
-      continue;
+    if (seq.grammar) {  // a refused token happens only at a dead end or after a matcher Error
+      bool accepted = false;
+      try {
+        accepted = seq.grammar_error.empty() && seq.grammar->accept_token(token);
+      } catch (const Error& e) {
+        seq.grammar_error = e.what();
+      }
+      if (!accepted) {
+        seq.error = seq.grammar_error.empty()
+                        ? fmt::format("request {}: structured output: the grammar allows no token "
+                                      "after {} generated tokens (dead end)",
+                                      seq.seq_id, seq.num_completion_tokens())
+                        : fmt::format("request {}: structured output: {}", seq.seq_id, seq.grammar_error);
+        finish(seq, FinishReason::ERROR);
+        finished.push_back(&seq);
+        continue;
+      }
     }
     seq.append_token(token);
     if (is_stop_token(seq, token)) {

@@ -64,6 +64,7 @@ class Sequence {
   // SamplingParams::structured_outputs: the grammar's state over the tokens generated so far
   // (each sample of a request has its own); nullptr when unconstrained.
   std::unique_ptr<structured::GrammarMatcher> grammar;
+  std::string grammar_error;  // the matcher's Error this step (a limit it hit); postprocess ends the seq
 
   int num_tokens() const { return int(token_ids.size()); }
   int num_completion_tokens() const { return num_tokens() - num_prompt_tokens; }
