@@ -27,7 +27,7 @@ fi
 lib_sources=(src/tokenizer/*.cpp src/util/*.cpp src/model/hf_config.cpp src/model/quantization_config.cpp
              src/model/safetensors.cpp
              src/runtime/tensor.cpp src/server/openai_request.cpp src/server/json_decoder.cpp
-             src/server/request_decoder.cpp)
+             src/server/request_decoder.cpp src/structured/*.cpp)
 flags="-std=c++20 -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all -I$PWD/src -I$PWD/include $(pkg-config --cflags libpcre2-8 libutf8proc)"
 libs="-lfmt $(pkg-config --libs libpcre2-8 libutf8proc)"
 {

@@ -258,6 +258,12 @@ void ModelRunner::prepare_sample(const std::vector<Sequence*>& seqs) {
     b.sample_offsets.push_back(seq->num_tokens());
   }
   fill_sampling_batch(b.sampling, seqs);  // penalties, logit_bias, min_tokens, logprobs
+  grammar_seqs_.clear();
+  for (Sequence* seq : seqs)
+    if (seq->grammar) {
+      grammar_seqs_ = seqs;  // the bitmasks: in execute(), beside the forward
+      break;
+    }
 }
 
 void ModelRunner::upload(bool sampling) {
@@ -295,6 +301,12 @@ std::vector<int32_t> ModelRunner::execute(const std::vector<LayerKVCache>& kv_ca
     logits = graphs_.replay(batch_.num_seqs);
   } else {
     logits = model_->forward(batch_, kv_cache);
+  }
+  // Structured outputs: the grammar masks are computed while the device runs the forward just
+  // launched (a CPU backend has finished it by now: no overlap there, nothing lost).
+  if (!grammar_seqs_.empty()) {
+    fill_grammar_masks(host_.sampling, grammar_seqs_);
+    grammar_seqs_.clear();
   }
   if (tp_ > 1) {
     logits = gather_logits(logits, batch_.num_seqs, gathered_buf_, full_logits_buf_);

@@ -161,6 +161,9 @@ class ModelRunner {
   ForwardBatch batch_;
   Buffer sampled_buf_;                 // i32 [max_num_seqs]
   Tensor last_logits_;
+  // The step's seqs when one has a grammar (else empty): execute() fills their bitmasks while
+  // the forward runs (on CUDA the launches are asynchronous), then clears this.
+  std::vector<Sequence*> grammar_seqs_;
   Buffer gathered_buf_, full_logits_buf_;  // tensor parallel, rank 0: [tp, B, V/tp], [B, V]
   Buffer prompt_gathered_buf_, prompt_full_buf_;  // the same for the prompt rows' logits
   // Rank 0: per entry of host_.logit_rows, its seq (index in run()'s seqs), the prompt token it

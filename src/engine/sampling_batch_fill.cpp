@@ -24,7 +24,6 @@ void fill_sampling_batch(SamplingBatch& out, const std::vector<Sequence*>& seqs)
     if (seq.num_completion_tokens() < s.min_tokens) r.masked = s.min_tokens_mask;
   }
   build_sampling_batch(out, rows);
-  fill_grammar_masks(out, seqs);
 }
 
 void fill_grammar_masks(SamplingBatch& out, const std::vector<Sequence*>& seqs) {

@@ -45,6 +45,11 @@ struct SamplingBatch {
     return min_p.empty() && adjust_offsets.empty() && num_logprobs.empty() && bitmask.empty();
   }
   void clear();
+  // Whether anything beyond the bitmask is set (min_p, penalties, bias, min_tokens, logprobs):
+  // what a device sampler that applies only the bitmask must leave to the host.
+  bool processes_logits() const {
+    return !(min_p.empty() && adjust_offsets.empty() && num_logprobs.empty());
+  }
   bool any_logprobs() const {
     for (int32_t n : num_logprobs)
       if (n >= 0) return true;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "engine/stop_checker.h"
+#include "server/forced_tool_stream.h"
 #include "server/reasoning_parser.h"
 #include "server/request_decoder.h"
 #include "server/serving_context.h"
@@ -36,6 +37,7 @@ struct Choice {
   std::string stop_reason;          // the stop string that matched
   std::optional<ReasoningParser> reasoning;
   std::optional<ToolParser> tools;
+  std::optional<ForcedToolStream> forced;  // stream with tool_choice "required" or a named function
   std::string content, reasoning_content;  // chat, parsed
   std::vector<ToolCall> calls;
   int text_offset = 0;  // completions logprobs: offset of the next token's text

@@ -209,8 +209,6 @@ void constrain_tool_choice(OpenAIRequest& r) {
   if (r.tool_choice != "required" && r.tool_choice != "function") return;
   if (r.params.structured_outputs)
     bad_request("tool_choice", "tool_choice '{}' cannot be combined with response_format or structured_outputs", r.tool_choice);
-  if (r.stream)
-    bad_request("tool_choice", "tool_choice '{}' with 'stream': true is not supported yet (use 'stream': false)", r.tool_choice);
   auto parameters = [](const Json& tool) {
     const Json* p = field(tool["function"], "parameters");
     return p ? *p : Json{{"type", "object"}};

@@ -34,6 +34,10 @@ void GenerationJob::start() {
     if (req_.chat) {
       c.reasoning.emplace(starts_in_reasoning_);
       if (parse_tools) c.tools.emplace(fmt::format("call_{}_{}_", id_, i));
+      if (req_.stream && (req_.tool_choice == "required" || req_.tool_choice == "function")) {
+        c.forced.emplace(req_.tool_choice == "function" ? req_.tool_choice_name : std::string(),
+                         fmt::format("call_{}_{}_", id_, i));
+      }
     }
     choices_.push_back(std::move(c));
   }
@@ -164,6 +168,11 @@ void GenerationJob::stream_delta(Choice& c, RequestEvent& e) {
       }
       content = std::move(t.content);
       calls = std::move(t.calls);
+    }
+    if (c.forced) {  // the constrained JSON goes out as tool_calls deltas, never as content
+      Json tc = c.forced->add(content);
+      content.clear();
+      if (!tc.empty()) delta["tool_calls"] = std::move(tc);
     }
     if (!content.empty()) delta["content"] = content;
     if (!calls.empty()) {

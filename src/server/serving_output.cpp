@@ -117,6 +117,7 @@ void GenerationJob::finish_choice_stream(Choice& c) {
   }
   std::string reason = c.finish_reason;
   if (req_.chat && !c.calls.empty() && reason == "stop") reason = "tool_calls";
+  if (c.forced && req_.tool_choice == "required" && reason == "stop") reason = "tool_calls";  // as whole_response
   if (req_.chat) {
     send_chunk(chunk(Json::array({Json{{"index", c.index}, {"delta", Json::object()}, {"logprobs", nullptr},
                                        {"finish_reason", reason}, {"stop_reason", stop_reason(c)}}})));

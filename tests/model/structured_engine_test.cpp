@@ -189,6 +189,45 @@ TEST(StructuredEngine, FreeRequestsUnchangedAndFeaturesChangeNoOutput) {
   EXPECT_EQ(run(chunked, true), mixed) << "chunked prefill";
 }
 
+// A grammar too ambiguous for the matcher's run-time limit compiles, then hits max_parse_stacks
+// mid-generation: after n "a"s each open "a" may still be closed by a "b" or a "c", 2^n distinct
+// parse stacks (logit_bias makes greedy pick "a"; the mask after it walks Qwen3's long runs of
+// "a" in one token, which pass the limit of 1000). Only that request ends, with finish_reason
+// "error" naming the limit; the free requests in its batch give the tokens they give alone, and
+// the engine serves the next batch.
+TEST(StructuredEngine, AGrammarLimitHitMidGenerationEndsOnlyItsRequest) {
+  LLM llm(config());
+  const std::vector<int32_t> a = llm.engine().require_tokenizer().encode("a", false);
+  ASSERT_EQ(a.size(), 1u);
+  const Prompts prompts = test::random_prompts(3, 150000, 10, 30, 4);
+  SamplingParams free;
+  free.temperature = 0.0f;
+  free.max_tokens = 20;
+  free.ignore_eos = true;
+  SamplingParams ambiguous = free;
+  ambiguous.max_tokens = 40;
+  ambiguous.logit_bias = {{a[0], 100.0f}};
+  ambiguous.structured_outputs = StructuredOutputsParams{};
+  ambiguous.structured_outputs->grammar = "root ::= s\ns ::= \"a\" s \"b\" | \"a\" s \"c\" | \"a\"";
+  std::vector<GenerationOutput> alone = llm.generate(prompts, std::vector<SamplingParams>(3, free));
+  Prompts batch = prompts;
+  batch.push_back(prompts[0]);
+  std::vector<SamplingParams> params(3, free);
+  params.push_back(ambiguous);
+  std::vector<GenerationOutput> mixed = llm.generate(batch, params);
+  ASSERT_EQ(mixed.size(), 4u);
+  EXPECT_EQ(mixed[3].finish_reason, "error") << mixed[3].text;
+  EXPECT_NE(mixed[3].error.find("max_parse_stacks"), std::string::npos) << mixed[3].error;
+  EXPECT_GE(mixed[3].token_ids.size(), 1u) << "the limit hit before generation started";
+  EXPECT_LT(mixed[3].token_ids.size(), 40u);
+  for (int32_t t : mixed[3].token_ids) EXPECT_EQ(t, a[0]);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(mixed[i].finish_reason, "length");
+    EXPECT_EQ(mixed[i].token_ids, alone[i].token_ids) << "free request " << i;
+  }
+  EXPECT_EQ(llm.generate(prompts, std::vector<SamplingParams>(3, free))[1].token_ids, alone[1].token_ids);
+}
+
 void expect_add_error(LLMEngine& engine, const SamplingParams& sp, const std::string& part) {
   try {
     engine.add_request({1, 2, 3}, sp);

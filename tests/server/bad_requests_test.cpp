@@ -73,7 +73,7 @@ TEST(ServerBadRequests, EachGetsTheRight4xxAndTheServerStaysHealthy) {
       {"chat top_logprobs without logprobs", "POST", H, R"({"messages": [{"role": "user", "content": "hi"}], "top_logprobs": 2})", 400},
       {"chat malformed tools", "POST", H, R"({"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function"}]})", 400},
       {"chat tool_choice required without tools", "POST", H, R"({"messages": [{"role": "user", "content": "hi"}], "tool_choice": "required"})", 400},
-      {"chat tool_choice required streamed", "POST", H, R"({"messages": [{"role": "user", "content": "hi"}], "stream": true, "tool_choice": "required", "tools": [{"type": "function", "function": {"name": "f"}}]})", 400},
+      {"chat tool_choice required with response_format", "POST", H, R"({"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_object"}, "tool_choice": "required", "tools": [{"type": "function", "function": {"name": "f"}}]})", 400},
       {"response_format unknown type", "POST", H, R"({"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "xml"}})", 400},
       {"response_format json_schema without schema", "POST", H, R"({"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_schema", "json_schema": {"name": "x"}}})", 400},
       {"json_schema unsupported keyword", "POST", H, R"({"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "array", "uniqueItems": true}}}})", 400},

@@ -288,6 +288,40 @@ await check('tool_choice required and a named function give schema-valid tool_ca
     }
   }
   assert.ok(ended >= 1, 'no tool_choice required request ended within 200 tokens');
+  // Streamed, the same requests give the same calls as tool_calls deltas (no content): a named
+  // function's arguments arrive piece by piece, required's calls each whole as its object closes.
+  const streamed = async (params) => {
+    const calls = [];
+    let finish = null, content = '';
+    for await (const chunk of await client.chat.completions.create({ ...params, stream: true })) {
+      const ch = chunk.choices[0];
+      if (!ch) continue;
+      if (ch.finish_reason) finish = ch.finish_reason;
+      content += ch.delta.content ?? '';
+      for (const d of ch.delta.tool_calls ?? []) {
+        if (!calls[d.index]) calls[d.index] = { id: d.id, name: d.function.name, arguments: '' };
+        calls[d.index].arguments += d.function.arguments ?? '';
+      }
+    }
+    return { calls, finish, content };
+  };
+  const sNamed = await streamed({ model: modelName, messages, tools, max_tokens: 100, temperature: 1, seed: 3,
+    tool_choice: { type: 'function', function: { name: 'get_time' } } });
+  assert.equal(sNamed.content, '');
+  assert.equal(sNamed.finish, 'stop');
+  assert.equal(sNamed.calls.length, 1);
+  assert.equal(sNamed.calls[0].name, 'get_time');
+  assert.deepEqual(JSON.parse(sNamed.calls[0].arguments), args);
+  for (let seed = 1; seed <= 6; seed++) {
+    const params = { model: modelName, messages, tools, max_tokens: 200, temperature: 1, seed, tool_choice: 'required' };
+    const whole = (await client.chat.completions.create(params)).choices[0];
+    if (whole.finish_reason === 'length') continue;
+    const s = await streamed(params);
+    assert.equal(s.content, '');
+    assert.equal(s.finish, whole.finish_reason);
+    assert.deepEqual(s.calls.map(c => [c.name, JSON.parse(c.arguments)]),
+      whole.message.tool_calls.map(c => [c.function.name, JSON.parse(c.function.arguments)]));
+  }
   await assert.rejects(client.chat.completions.create({ model: modelName, messages, tools,
     tool_choice: { type: 'function', function: { name: 'nope' } } }),
     e => e instanceof OpenAI.BadRequestError && /nope/.test(e.message));

@@ -1,6 +1,8 @@
-// Qwen3's <think> and <tool_call> output parsers: whole-text rules and streaming in every split.
+// Qwen3's <think> and <tool_call> output parsers, and the forced tool_choice stream: whole-text
+// rules and streaming in every split.
 #include <gtest/gtest.h>
 
+#include "server/forced_tool_stream.h"
 #include "server/reasoning_parser.h"
 #include "server/tool_parser.h"
 
@@ -83,6 +85,51 @@ TEST(ToolParser, EverySplitStreamsTheSame) {
     EXPECT_EQ(a.calls.size() + b.calls.size() + c.calls.size(), 1u) << cut;
     EXPECT_TRUE(p.has_calls());
   }
+}
+
+// tool_choice "required": each {"name", "parameters"} item becomes one call when its object
+// closes, whatever the split; braces and quotes inside strings do not confuse it; an item without
+// a name is no call.
+TEST(ForcedToolStream, RequiredCallsInEverySplit) {
+  const std::string text =
+      R"([{"name": "get_weather", "parameters": {"city": "Pa{r}is \"x\" ]", "n": [1, {"a": 2}]}},)"
+      R"( {"name": "get_time", "parameters": {}}, {"parameters": {}}])";
+  const std::vector<std::pair<std::string, std::string>> want = {
+      {"get_weather", R"({"city":"Pa{r}is \"x\" ]","n":[1,{"a":2}]})"}, {"get_time", "{}"}};
+  for (size_t cut1 = 0; cut1 <= text.size(); ++cut1) {
+    for (size_t cut2 = cut1; cut2 <= text.size(); cut2 += 7) {
+      ForcedToolStream s("", "call_x_");
+      std::vector<nlohmann::ordered_json> got;
+      for (const std::string& piece : {text.substr(0, cut1), text.substr(cut1, cut2 - cut1), text.substr(cut2)})
+        for (const auto& d : s.add(piece)) got.push_back(d);
+      ASSERT_EQ(got.size(), want.size()) << "cuts " << cut1 << ", " << cut2;
+      for (size_t i = 0; i < want.size(); ++i) {
+        EXPECT_EQ(got[i]["index"], int(i));
+        EXPECT_EQ(got[i]["id"], "call_x_" + std::to_string(i));
+        EXPECT_EQ(got[i]["function"]["name"], want[i].first);
+        EXPECT_EQ(got[i]["function"]["arguments"], want[i].second);
+      }
+    }
+  }
+}
+
+// A named function: the first non-empty delta opens call 0 with its name; the arguments are the
+// raw text, appended delta by delta.
+TEST(ForcedToolStream, NamedFunctionStreamsItsArguments) {
+  ForcedToolStream s("get_time", "call_y_");
+  EXPECT_TRUE(s.add("").empty());
+  auto first = s.add("{\"tz\"");
+  ASSERT_EQ(first.size(), 1u);
+  EXPECT_EQ(first[0]["id"], "call_y_0");
+  EXPECT_EQ(first[0]["function"]["name"], "get_time");
+  EXPECT_EQ(first[0]["function"]["arguments"], "{\"tz\"");
+  auto next = s.add(": \"UTC\"}");
+  ASSERT_EQ(next.size(), 1u);
+  EXPECT_EQ(next[0]["index"], 0);
+  EXPECT_FALSE(next[0].contains("id"));
+  EXPECT_FALSE(next[0]["function"].contains("name"));
+  EXPECT_EQ(next[0]["function"]["arguments"], ": \"UTC\"}");
+  EXPECT_EQ(s.num_calls(), 1);
 }
 
 }  // namespace
