@@ -3,9 +3,11 @@
 // do), CUDA graphs on vs off identical, and prefix caching / preemption / chunked prefill each
 // still giving the reference's tokens. The same again with an fp8 (E4M3) KV cache, against the
 // reference that rounds K/V to fp8 (ref::Precision::kBf16StorageFp8Kv), and its distance from
-// the bf16 cache printed and bounded as the CPU's fp8 tests do. Needs a GPU (label cuda).
+// the bf16 cache printed and bounded as the CPU's fp8 tests do. Weights quantized at load (int8,
+// int4) against the reference on the same quantized weights. Needs a GPU (label cuda).
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <cstdio>
 #include <random>
 
@@ -223,16 +225,71 @@ TEST(CudaFp8Kv, Qwen3ShapesNearBf16) {
   expect_fp8_near_bf16(model, c, "qwen3-0.6b shapes, 2 layers");
 }
 
-// Quantized weights (--quantization, or an AWQ / GPTQ / FP8 checkpoint) have no CUDA kernels
-// yet: the engine refuses them at load, naming the backend and the format.
-TEST(CudaQuantized, RefusedByName) {
-  Config c = cuda_config(test::tiny_model("tiny"));
+// Weights quantized at load (Config::quantization) on the GPU: greedy tokens against the
+// reference forward on the same quantized weights (quantize_rtn's codes dequantized; the table
+// int8 for int4 as the loader keeps it), near-ties allowed as in GreedyTokensMatchReference (bf16
+// activations; the reference reads GEMM inputs on the quantized CPU GEMM's int16 grid), and
+// graphs on vs off identical (the W8A16 / W4A16 GEMV captured for decode).
+struct QuantCase {
+  const char* preset;
+  const char* quantization;
+};
+
+void PrintTo(const QuantCase& c, std::ostream* os) { *os << c.preset << " " << c.quantization; }
+
+class CudaQuantizedEngine : public ::testing::TestWithParam<QuantCase> {};
+
+TEST_P(CudaQuantizedEngine, GreedyMatchesTheQuantizedReference) {
+  const std::string model = test::tiny_model(GetParam().preset);
+  const QuantScheme scheme = parse_quantization(GetParam().quantization);
+  ref::ReferenceModel reference(model, ref::Precision::kBf16Storage, scheme);
+  const Prompts prompts = test::random_prompts(8, reference.config().vocab_size, 1, 40, 11);
+  Config graphs = cuda_config(model);
+  graphs.quantization = GetParam().quantization;
+  Config eager = graphs;
+  eager.enforce_eager = true;
+  const std::string what = std::string("cuda ") + GetParam().preset + " " + GetParam().quantization;
+  {
+    // Last-token logits within LastTokenLogitsNearReference's bound of the quantized reference;
+    // the unquantized one's distance printed for scale.
+    ref::ReferenceModel unquantized(model);
+    LLMEngine engine(graphs);
+    for (const auto& prompt : test::random_prompts(3, reference.config().vocab_size, 1, 40, 7)) {
+      const std::vector<float> logits = test::prefill_logits(engine, prompt);
+      const double err = test::relative_error(logits, reference.last_logits(prompt));
+      EXPECT_LT(err, 3e-2) << what << ", prompt of " << prompt.size() << " tokens";
+      std::printf("%s, %zu-token prompt: logit error / max |logit| = %.2e (quantized reference), "
+                  "%.2e (unquantized fp32 reference)\n",
+                  what.c_str(), prompt.size(), err,
+                  test::relative_error(logits, unquantized.last_logits(prompt)));
+    }
+  }
+  const Prompts got = generate(graphs, prompts, greedy_params(16));
+  test::expect_reference_tokens(got, prompts, reference, 16, 3e-2, 4, what.c_str());
+  EXPECT_EQ(generate(eager, prompts, greedy_params(16)), got) << what << ": graphs on vs off";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Schemes, CudaQuantizedEngine,
+    ::testing::Values(QuantCase{"tiny", "int8"}, QuantCase{"tiny", "int4-g32"},
+                      QuantCase{"tiny-qwen2", "int8"}),
+    [](const ::testing::TestParamInfo<QuantCase>& info) {
+      std::string s = std::string(info.param.preset) + "_" + info.param.quantization;
+      for (char& c : s) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+      return s;
+    });
+
+// Quantized experts have no CUDA kernels yet: the engine refuses them at load (its warm-up runs
+// fused_moe), naming the backend and the format.
+TEST(CudaQuantized, ExpertsRefusedByName) {
+  Config c = cuda_config(test::tiny_model("qwen3-moe-tiny"));
   c.quantization = "int8";
   try {
     LLM llm(c);
-    ADD_FAILURE() << "int8 weights accepted on cuda";
+    ADD_FAILURE() << "int8 experts accepted on cuda";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("does not run quantized weights (int8)"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("does not run quantized mixture-of-experts weights (int8)"),
+              std::string::npos)
         << e.what();
   }
 }

@@ -255,6 +255,87 @@ TEST_F(CudaOps, SampleMatchesReference) {
   }
 }
 
+// Structured outputs: a batch whose only processing is a token bitmask is sampled on the device
+// (the mask applied in place first): each row's token is the reference's on its logits with every
+// disallowed token at -inf. Unmasked rows beside them are untouched; a row's best token is
+// disallowed so the mask has to act; top-p alone over a wide nucleus still goes to the host.
+TEST_F(CudaOps, SampleAppliesTheTokenBitmask) {
+  const int64_t V = 3000, words = (V + 31) / 32;
+  struct Row {
+    float temperature;
+    int32_t top_k;
+    float top_p;
+    bool masked;
+  };
+  const std::vector<Row> rows = {{0.0f, 0, 1.0f, true},   {0.0f, 0, 1.0f, false},
+                                 {0.8f, 0, 1.0f, true},   {0.7f, 20, 1.0f, true},
+                                 {0.6f, 40, 0.9f, true},  {1.0f, 0, 0.999f, true},
+                                 {0.9f, 0, 1.0f, false},  {0.5f, 0, 0.8f, true}};
+  const int64_t B = int64_t(rows.size());
+  Vec logits;
+  HostBatch h;
+  h.sampling.bitmask_words = int32_t(words);
+  h.sampling.bitmask.assign(size_t(B * words), 0);
+  h.sampling.has_bitmask.assign(size_t(B), 0);
+  std::vector<Vec> expected_rows;
+  for (int64_t b = 0; b < B; ++b) {
+    const Row& r = rows[size_t(b)];
+    Vec x = test::random_vec(rng, size_t(V), -5.0f, 5.0f);
+    if (b == 5) for (float& v : x) v *= 0.002f;  // flat: the nucleus outgrows the device's
+    x[123] = 12.0f;                                // the best token, disallowed where masked
+    Vec masked = x;
+    if (r.masked) {
+      h.sampling.has_bitmask[size_t(b)] = 1;
+      uint32_t* row = h.sampling.bitmask.data() + b * words;
+      for (int64_t t = 0; t < V; ++t) {
+        const bool allowed = t != 123 && (rng() % 10 < 3 || t == 2999);
+        if (allowed) row[t / 32] |= 1u << (t % 32);
+        else masked[size_t(t)] = -INFINITY;
+      }
+      row[words - 1] |= 0xff000000u;  // bits past the vocabulary are ignored
+    }
+    logits.insert(logits.end(), x.begin(), x.end());
+    expected_rows.push_back(masked);
+    h.temperatures.push_back(r.temperature);
+    h.top_k.push_back(r.top_k);
+    h.top_p.push_back(r.top_p);
+    h.seeds.push_back(uint64_t(500 + b));
+    h.sample_offsets.push_back(int64_t(3 * b));
+  }
+  ASSERT_FALSE(h.sampling.processes_logits());
+  h.cu_seqlens_q.assign(size_t(B + 1), 0);
+  ForwardBatch fb;
+  fb.host = &h;
+  fb.num_seqs = int(B);
+  fb.temperatures = f32(h.temperatures, {B});
+  fb.seeds = ints(h.seeds, DType::I64);
+  fb.sample_offsets = ints(h.sample_offsets, DType::I64);
+  fb.top_k = ints(h.top_k, DType::I32);
+  fb.top_p = f32(h.top_p, {B});
+  Tensor out = poisoned(DType::I32, {B});
+  Tensor dev_logits = f32(logits, {B, V});
+  be->sample(out, dev_logits, fb);
+  const std::vector<int32_t> got = get_i32(out);
+  // The device applied the masks in place (the host path would have left the logits as they were).
+  const Vec after = get(dev_logits);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < V; ++t)
+      ASSERT_EQ(after[size_t(b * V + t)], expected_rows[size_t(b)][size_t(t)]) << "row " << b << " token " << t;
+  for (int64_t b = 0; b < B; ++b) {
+    const Row& r = rows[size_t(b)];
+    EXPECT_EQ(got[size_t(b)], ref::sample(expected_rows[size_t(b)], r.temperature, r.top_k,
+                                          r.top_p, h.seeds[size_t(b)], h.sample_offsets[size_t(b)]))
+        << "row " << b << ": temperature " << r.temperature << ", top_k " << r.top_k
+        << ", top_p " << r.top_p << ", masked " << r.masked;
+    if (r.masked) {
+      const uint32_t word = h.sampling.bitmask[size_t(b * words + got[size_t(b)] / 32)];
+      EXPECT_TRUE((word >> (got[size_t(b)] % 32)) & 1u) << "row " << b << " sampled a disallowed token";
+    }
+  }
+  EXPECT_EQ(got[0] == 123, false);
+  EXPECT_EQ(got[1], 123);  // unmasked greedy keeps its best token
+}
+
 // A captured graph replays the recorded ops on the buffers' new contents, equal to eager.
 TEST_F(CudaOps, GraphReplayEqualsEager) {
   const int64_t m = 4, k = 64, n = 48;

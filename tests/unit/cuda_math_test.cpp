@@ -14,6 +14,18 @@
 namespace nanovllm::cuda {
 namespace {
 
+// Every f16 bit pattern (the int4 weights' scales and zeros) to the host's f32, bit for bit.
+TEST(CudaMath, F16MatchesTheHostConversion) {
+  for (uint32_t h = 0; h < 0x10000u; ++h) {
+    const float got = f16_bits_to_f32(h), want = f16_to_f32(uint16_t(h));
+    if (std::isnan(want)) {
+      EXPECT_TRUE(std::isnan(got)) << h;
+    } else {
+      ASSERT_EQ(f32_bits(got), f32_bits(want)) << "f16 bits " << h;
+    }
+  }
+}
+
 TEST(CudaMath, Bf16MatchesTheHostConversion) {
   std::mt19937 rng(3);
   std::vector<float> values = {0.0f,

@@ -4,13 +4,16 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.h"
+#include "backend/cuda/quant_linear.h"
 
 namespace nanovllm::cuda {
 
@@ -73,6 +76,25 @@ void check_cache(const LayerKVCache& c) {
 }
 
 bool is_fp8(const LayerKVCache& c) { return c.k.dtype == DType::F8E4M3; }
+
+// A weight made by make_quantized_linear_weight, as its kernels read it (quant_linear.h).
+QuantWeightView quant_view(const LinearWeight& w) {
+  const QuantDeviceLayout l =
+      quant_device_layout(w.quant.format == QuantFormat::Int4, w.quant.group, w.n, w.k);
+  NV_CHECK(w.data.device == DeviceKind::CUDA && w.data.nbytes() >= l.bytes,
+           "cuda: quantized weight [{}, {}] {} held in {}", w.n, w.k, quantization_name(w.quant),
+           w.data.describe());
+  QuantWeightView v;
+  v.codes = static_cast<const uint8_t*>(w.data.data);
+  v.scales = reinterpret_cast<const uint32_t*>(v.codes + l.scales_offset);
+  v.n = w.n;
+  v.k = w.k;
+  v.row_bytes = l.row_bytes;
+  v.groups = int32_t(l.groups);
+  v.group = int32_t(l.group);
+  v.int4 = l.int4;
+  return v;
+}
 
 KVStore kv_store(const LayerKVCache& c) {
   KVStore s;
@@ -327,6 +349,58 @@ LinearWeight CudaBackend::make_linear_weight(Tensor w_host) {
   return w;
 }
 
+LinearWeight CudaBackend::make_quantized_linear_weight(const QuantizedWeight& q) {
+  use_device();
+  const QuantScheme sc = q.scheme;
+  const bool int4 = sc.format == QuantFormat::Int4;
+  if (!((sc.format == QuantFormat::Int8 && sc.group >= 0) || (int4 && sc.group > 0)) ||
+      sc.group % 8 != 0) {
+    fail("{} does not run quantized weights ({}): it runs int8 with one scale per row or per "
+         "group of a multiple of 8, and int4 in groups of a multiple of 8; use --device cpu, or a "
+         "bf16 checkpoint without --quantization",
+         describe(), quantization_name(sc));
+  }
+  const int64_t groups = q.groups();
+  NV_CHECK(q.n > 0 && q.k > 0 && int64_t(q.q.size()) == q.n * q.k &&
+               int64_t(q.scale.size()) == q.n * groups &&
+               int64_t(q.zero.size()) == (int4 ? q.n * groups : 0),
+           "cuda quantized weight [{}, {}] {}: {} codes, {} scales, {} zeros", q.n, q.k,
+           quantization_name(sc), q.q.size(), q.scale.size(), q.zero.size());
+  const QuantDeviceLayout l = quant_device_layout(int4, sc.group, q.n, q.k);
+  std::vector<uint8_t> host(l.bytes, 0);
+  for (int64_t j = 0; j < q.n; ++j) {
+    const int8_t* src = q.q.data() + j * q.k;
+    uint8_t* dst = host.data() + j * l.row_bytes;
+    if (int4) {
+      for (int64_t i = 0; i < q.k; ++i) dst[i / 2] |= uint8_t((src[i] & 15) << (4 * (i % 2)));
+    } else {
+      std::memcpy(dst, src, size_t(q.k));
+    }
+  }
+  for (int64_t c = 0; c < q.n * groups; ++c) {
+    uint32_t word = 0;
+    if (int4) {
+      const uint16_t s = f32_to_f16(q.scale[size_t(c)]), z = f32_to_f16(q.zero[size_t(c)]);
+      if (f16_to_f32(s) != q.scale[size_t(c)] || f16_to_f32(z) != q.zero[size_t(c)])
+        fail("cuda: int4 scale {} / zero {} of row {} group {} is not an f16 value",
+             q.scale[size_t(c)], q.zero[size_t(c)], c / groups, c % groups);
+      word = uint32_t(s) | (uint32_t(z) << 16);
+    } else {
+      std::memcpy(&word, &q.scale[size_t(c)], 4);
+    }
+    std::memcpy(host.data() + l.scales_offset + size_t(c) * 4, &word, 4);
+  }
+  LinearWeight w;
+  w.n = q.n;
+  w.k = q.k;
+  w.quant = sc;
+  w.storage = alloc(l.bytes);
+  w.data = w.storage.as(DType::I32, {int64_t(l.bytes / 4)});
+  upload(w.data, host.data());
+  synchronize();  // `host` goes away when we return
+  return w;
+}
+
 // ---- ops ----
 
 void CudaBackend::embedding(Tensor out, Tensor ids, const LinearWeight& table) {
@@ -335,6 +409,11 @@ void CudaBackend::embedding(Tensor out, Tensor ids, const LinearWeight& table) {
   NV_CHECK(out.ndim == 2 && out.shape[1] == table.k, "cuda embedding out {} for a [{}, {}] table",
            out.describe(), table.n, table.k);
   check_i32(ids, out.shape[0], "embedding ids");
+  if (table.quant.enabled()) {
+    launch_quant_embedding(out.ptr<uint16_t>(), out.stride[0], ids.ptr<const int32_t>(),
+                           out.shape[0], quant_view(table), 0, false, stream_);
+    return;
+  }
   launch_embedding(out.ptr<uint16_t>(), out.stride[0], ids.ptr<const int32_t>(), out.shape[0],
                    table.data.ptr<const uint16_t>(), table.n, table.k, stream_);
 }
@@ -348,6 +427,11 @@ void CudaBackend::vocab_parallel_embedding(Tensor out, Tensor ids, const LinearW
            table.k);
   NV_CHECK(vocab_start >= 0, "vocab_start {}", vocab_start);
   check_i32(ids, out.shape[0], "vocab_parallel_embedding ids");
+  if (table.quant.enabled()) {
+    launch_quant_embedding(out.ptr<uint16_t>(), out.stride[0], ids.ptr<const int32_t>(),
+                           out.shape[0], quant_view(table), vocab_start, true, stream_);
+    return;
+  }
   launch_vocab_parallel_embedding(out.ptr<uint16_t>(), out.stride[0], ids.ptr<const int32_t>(),
                                   out.shape[0], table.data.ptr<const uint16_t>(), vocab_start,
                                   table.n, table.k, stream_);
@@ -370,6 +454,28 @@ void CudaBackend::linear(Tensor out, Tensor x, const LinearWeight& w, const Tens
   const int64_t m = x.shape[0];
   const bool f32 = out.dtype == DType::F32;
   if (m == 0) return;
+  if (w.quant.enabled()) {
+    const QuantWeightView qv = quant_view(w);
+    if (gemv_eligible(m, w.k, x.stride[0], reinterpret_cast<uintptr_t>(x.data),
+                      reinterpret_cast<uintptr_t>(qv.codes))) {
+      launch_quant_gemv(out.data, f32, out.stride[0], x.ptr<const uint16_t>(), x.stride[0], qv, b,
+                        m, stream_);
+      return;
+    }
+    // Chunks of output rows dequantized to bf16, each through cuBLASLt into its columns of out.
+    const int64_t rows = quant_dequant_chunk_rows(w.n, w.k);
+    uint16_t* ws = static_cast<uint16_t*>(
+        grow_workspace(dequant_ws_, size_t(rows * w.k) * 2, "linear (dequantize)"));
+    const int64_t es = f32 ? 4 : 2;
+    for (int64_t n0 = 0; n0 < w.n; n0 += rows) {
+      const int64_t nr = std::min(rows, w.n - n0);
+      launch_quant_dequantize(ws, qv, n0, nr, stream_);
+      gemm_->run(static_cast<char*>(out.data) + n0 * es, f32, out.stride[0], x.data, x.stride[0],
+                 ws, m, nr, w.k, stream_);
+    }
+    if (b) launch_add_bias(out.data, f32, out.stride[0], b, m, w.n, stream_);
+    return;
+  }
   if (gemv_eligible(m, w.k, x.stride[0], reinterpret_cast<uintptr_t>(x.data),
                     reinterpret_cast<uintptr_t>(w.data.data))) {
     launch_gemv(out.data, f32, out.stride[0], x.ptr<const uint16_t>(), x.stride[0],
@@ -520,13 +626,33 @@ bool CudaBackend::device_sampler_serves(const HostBatch& host, int64_t vocab) {
     if (k > kMaxDeviceTopK && k < vocab) return false;
   // Logit processing, min_p and logprobs (runtime/sampling_batch.h, when HostBatch carries it):
   // host.
+  // A structured-output bitmask alone is applied on the device (apply_token_bitmask).
   return [](const auto& h) {
-    if constexpr (requires { h.sampling.empty(); }) {
-      return h.sampling.empty();
+    if constexpr (requires { h.sampling.processes_logits(); }) {
+      return !h.sampling.processes_logits();
     } else {
       return true;
     }
   }(host);
+}
+
+void CudaBackend::apply_token_bitmask(Tensor logits, const SamplingBatch& sampling) {
+  const int64_t num = logits.shape[0], v = logits.shape[1];
+  const int64_t words = sampling.bitmask_words;
+  NV_CHECK(words * 32 >= v && int64_t(sampling.has_bitmask.size()) >= num &&
+               int64_t(sampling.bitmask.size()) >= num * words,
+           "cuda sample: a bitmask of {} words for {} tokens, {} rows for {} seqs", words, v,
+           sampling.has_bitmask.size(), num);
+  const size_t n_words = size_t(num * words);
+  mask_staging_.assign(sampling.bitmask.begin(), sampling.bitmask.begin() + int64_t(n_words));
+  for (int64_t b = 0; b < num; ++b) mask_staging_.push_back(sampling.has_bitmask[size_t(b)]);
+  const size_t bytes = mask_staging_.size() * sizeof(uint32_t);
+  if (mask_buf_.bytes() < bytes) mask_buf_ = alloc(bytes);
+  Tensor dev = mask_buf_.as(DType::I32, {int64_t(mask_staging_.size())});
+  upload(dev, mask_staging_.data());
+  const uint32_t* mask = static_cast<const uint32_t*>(mask_buf_.data());
+  launch_apply_token_bitmask(logits.ptr<float>(), logits.stride[0], num, v, mask,
+                             int32_t(words), mask + n_words, stream_);
 }
 
 namespace {
@@ -558,6 +684,8 @@ void CudaBackend::sample(Tensor out, Tensor logits, const ForwardBatch& batch) {
   std::vector<int32_t> tokens(static_cast<size_t>(num));
   std::vector<int64_t> rows;  // the seqs the host samples
   if (device_sampler_serves(hb, v)) {
+    // Masked logits stay masked for the host too (top-p alone deferred below).
+    if (!hb.sampling.bitmask.empty()) apply_token_bitmask(logits, hb.sampling);
     for (const Tensor* t : {&batch.temperatures, &batch.top_k, &batch.top_p, &batch.seeds,
                             &batch.sample_offsets})
       NV_CHECK(t->ndim == 1 && t->shape[0] >= num && t->stride[0] == 1, "cuda sample field {}",

@@ -46,6 +46,10 @@ class CudaBackend : public Backend {
   void synchronize() override;
 
   LinearWeight make_linear_weight(Tensor w_host) override;
+  // int8 (per row or grouped) and int4 weights, repacked into quant_linear.h's layout; linear()
+  // runs them by a W8A16 / W4A16 GEMV for M <= 16, else dequantized to bf16 (dequant_ws_) for
+  // cuBLASLt; the embedding lookups dequantize their rows. Another format: Error naming it.
+  LinearWeight make_quantized_linear_weight(const QuantizedWeight& w) override;
 
   void embedding(Tensor out, Tensor ids, const LinearWeight& table) override;
   void vocab_parallel_embedding(Tensor out, Tensor ids, const LinearWeight& table,
@@ -95,6 +99,7 @@ class CudaBackend : public Backend {
   std::unique_ptr<LtGemm> gemm_;
   Buffer decode_ws_;
   Buffer moe_ws_;                   // fused_moe's scratch, for the largest chunk seen
+  Buffer dequant_ws_;               // linear()'s bf16 chunk of a quantized weight (cuBLASLt path)
   std::vector<Buffer> retired_ws_;  // smaller workspaces that captured graphs may use
   // Per MoeWeights (by address): its experts' pointers on the host (to notice a change) and the
   // device table the grouped GEMMs read. A few KB per sparse layer, kept for the backend's life.
@@ -104,6 +109,11 @@ class CudaBackend : public Backend {
   };
   std::unordered_map<const MoeWeights*, MoeTable> moe_tables_;
   std::unique_ptr<cpu::CpuBackend> host_sampler_;  // min_p / top-k / top-p / processed logits
+  // Structured outputs: the step's bitmask rows then one u32 flag a row, staged on the host and
+  // uploaded to mask_buf_ (grown to the largest step seen).
+  void apply_token_bitmask(Tensor logits, const SamplingBatch& sampling);
+  std::vector<uint32_t> mask_staging_;
+  Buffer mask_buf_;
 };
 
 }  // namespace nanovllm::cuda

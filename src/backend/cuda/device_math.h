@@ -1,6 +1,7 @@
 #pragma once
 // The per-element math of the CUDA kernels, as NV_HOST_DEVICE inline functions so the CPU unit
 // tests (tests/unit/cuda_math_test.cpp) check the exact expressions the GPU runs: bf16 <-> f32,
+// f16 -> f32,
 // rotate-half RoPE, the online softmax and its log-sum-exp merge, SiLU, KV slot offsets, the
 // vocab-parallel embedding's row.
 // Plain C++ (no CUDA headers): g++ compiles it for the tests.
@@ -42,6 +43,18 @@ NV_HOST_DEVICE inline uint16_t f32_to_bf16_bits(float f) {
   if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40);
   u += 0x7fffu + ((u >> 16) & 1u);
   return uint16_t(u >> 16);
+}
+
+// f16 bits -> f32, exactly (subnormals, infinities and NaN included): the int4 weights' scale
+// and zero (quant_linear.h).
+NV_HOST_DEVICE inline float f16_bits_to_f32(uint32_t h) {
+  const uint32_t sign = (h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
+  if (exp == 0) {
+    const float f = float(mant) * 5.9604644775390625e-8f;  // mant * 2^-24, exact
+    return sign ? -f : f;
+  }
+  return bits_f32(exp == 31 ? (sign | 0x7f800000u | (mant << 13))
+                            : (sign | ((exp + 112) << 23) | (mant << 13)));
 }
 
 // Rotate-half RoPE of one pair (x1 = x[i], x2 = x[i + D/2]) with c = cos, s = sin of angle i.

@@ -111,6 +111,13 @@ void CudaBackend::fused_moe(Tensor out, Tensor x, Tensor router_logits, const Mo
   NV_CHECK(E > 0 && E <= kMoeMaxExperts && int64_t(w.down.size()) == E,
            "cuda fused_moe: {} gate_up and {} down experts (1 to {} supported)", E, w.down.size(),
            kMoeMaxExperts);
+  // Quantized experts (--quantization, or a quantized MoE checkpoint) have no CUDA kernels yet.
+  for (const LinearWeight* lw : {&w.gate_up[0], &w.down[0]}) {
+    if (lw->quant.enabled())
+      fail("{} does not run quantized mixture-of-experts weights ({}) yet: use --device cpu, or "
+           "a bf16 checkpoint without --quantization",
+           describe(), quantization_name(lw->quant));
+  }
   NV_CHECK(x.ndim == 2 && out.ndim == 2 && x.dtype == DType::BF16 && out.dtype == DType::BF16 &&
                x.device == DeviceKind::CUDA && out.device == DeviceKind::CUDA && x.stride[1] == 1 &&
                out.stride[1] == 1 && out.shape[0] == x.shape[0] && out.shape[1] == x.shape[1] &&

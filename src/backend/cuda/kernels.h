@@ -157,4 +157,11 @@ void launch_sample(int32_t* out, const float* logits, int64_t logits_stride, int
                    const float* top_p, const int64_t* seeds, const int64_t* offsets,
                    cudaStream_t stream);
 
+// Structured outputs (runtime/sampling_batch.h): logits[b, t] = -inf for every token t that
+// row b's bitmask [num_seqs, words] disallows, in the rows with has_bitmask[b] != 0 (u32 flags).
+// In place, before launch_sample.
+void launch_apply_token_bitmask(float* logits, int64_t logits_stride, int64_t num_seqs,
+                                int64_t vocab, const uint32_t* bitmask, int32_t words,
+                                const uint32_t* has_bitmask, cudaStream_t stream);
+
 }  // namespace nanovllm::cuda

@@ -263,7 +263,29 @@ __global__ void __launch_bounds__(kSampleThreads)
   if (t == 0) out[b] = race.i == kNoIndex ? 0 : race.i;
 }
 
+// Structured outputs: logits[b, t] = -inf where row b is masked (has[b] != 0) and bit t % 32
+// of bitmask[b, t / 32] is clear. Grid (ceil(vocab / 256), num_seqs), a thread per token.
+__global__ void apply_token_bitmask_kernel(float* logits, int64_t stride, int64_t vocab,
+                                           const uint32_t* bitmask, int32_t words,
+                                           const uint32_t* has) {
+  const int64_t b = blockIdx.y;
+  const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (has[b] == 0 || t >= vocab) return;
+  if (((bitmask[b * words + t / 32] >> (t % 32)) & 1u) == 0) logits[b * stride + t] = -INFINITY;
+}
+
 }  // namespace
+
+void launch_apply_token_bitmask(float* logits, int64_t logits_stride, int64_t num_seqs,
+                                int64_t vocab, const uint32_t* bitmask, int32_t words,
+                                const uint32_t* has_bitmask, cudaStream_t stream) {
+  if (num_seqs == 0 || vocab == 0) return;
+  constexpr int kThreads = 256;
+  const dim3 grid(unsigned((vocab + kThreads - 1) / kThreads), unsigned(num_seqs));
+  apply_token_bitmask_kernel<<<grid, kThreads, 0, stream>>>(logits, logits_stride, vocab, bitmask,
+                                                            words, has_bitmask);
+  NV_CUDA_CHECK("apply_token_bitmask", cudaGetLastError());
+}
 
 void launch_sample(int32_t* out, const float* logits, int64_t logits_stride, int64_t num_seqs,
                    int64_t vocab, const float* temperatures, const int32_t* top_k,
