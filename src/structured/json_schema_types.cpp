@@ -25,7 +25,8 @@ std::optional<uint32_t> SchemaCompiler::count_keyword(const Json& s, const char*
                                                       const std::string& path) {
   if (!s.contains(key)) return std::nullopt;
   const Json& v = s[key];
-  if (!v.is_number_integer() || v.get<int64_t>() < 0)
+  // An unsigned value above INT64_MAX is non-negative (too large: the limit below names it).
+  if (!v.is_number_integer() || (!v.is_number_unsigned() && v.get<int64_t>() < 0))
     fail("{} {} must be a non-negative integer", key, at_path(path));
   if (v.get<uint64_t>() > limits_.max_repetition) {
     fail("grammar limit max_repetition ({}) exceeded by {} = {} {}", limits_.max_repetition, key,

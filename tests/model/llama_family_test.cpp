@@ -27,31 +27,14 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// A copy of `model` whose config.json says rope_scaling = `scaling` (weights linked, not copied).
-std::string with_rope_scaling(const std::string& model, const nlohmann::json& scaling,
-                              const std::string& tag) {
-  const fs::path dir = fs::path(model).string() + "-" + tag;
-  fs::create_directories(dir);
-  test::remove_at_exit(dir);
-  for (const auto& e : fs::directory_iterator(model)) {
-    const fs::path to = dir / e.path().filename();
-    if (e.path().filename() != "config.json" && !fs::exists(to)) fs::create_symlink(e.path(), to);
-  }
-  std::ifstream in(fs::path(model) / "config.json");
-  nlohmann::json config = nlohmann::json::parse(in);
-  config["rope_scaling"] = scaling;
-  std::ofstream(dir / "config.json") << config.dump(2);
-  return dir.string();
-}
-
 // A prompt long enough that llama3's scaled low frequencies have turned by whole radians.
 std::vector<int32_t> long_prompt(int vocab) { return test::random_prompts(1, vocab, 400, 400, 11)[0]; }
 
 TEST(LlamaFamily, Llama3RopeScalingReachesTheOutput) {
   const std::string model = test::tiny_model("tiny-llama");
-  const std::string plain = with_rope_scaling(model, nullptr, "plain");
+  const std::string plain = test::with_config_field(model, "rope_scaling", nullptr, "plain");
   const std::string linear =
-      with_rope_scaling(model, {{"rope_type", "linear"}, {"factor", 4.0}}, "linear");
+      test::with_config_field(model, "rope_scaling", {{"rope_type", "linear"}, {"factor", 4.0}}, "linear");
   const std::vector<int32_t> prompt = long_prompt(test::vocab_size(model));
   std::map<std::string, std::vector<float>> got;
   for (const std::string& m : {model, plain, linear}) {

@@ -12,6 +12,8 @@
 #include <system_error>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "engine/llm_engine.h"
 #include "model/hf_config.h"
 #include "model/make_model.h"
@@ -105,6 +107,25 @@ inline std::string truncated_checkpoint(const std::string& model, const std::str
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   std::ofstream(dir / "model.safetensors", std::ios::binary | std::ios::trunc)
       .write(bytes.data(), std::streamsize(bytes.size() / 2));
+  return dir.string();
+}
+
+// A copy of model folder `model` (its files linked, not copied) whose config.json has
+// config[field] = value, removed at exit; `tag` names the folder beside the original.
+inline std::string with_config_field(const std::string& model, const std::string& field,
+                                     const nlohmann::json& value, const std::string& tag) {
+  namespace fs = std::filesystem;
+  const fs::path dir = model + "-" + tag;
+  fs::create_directories(dir);
+  remove_at_exit(dir);
+  for (const auto& e : fs::directory_iterator(model)) {
+    const fs::path to = dir / e.path().filename();
+    if (e.path().filename() != "config.json" && !fs::exists(to)) fs::create_symlink(e.path(), to);
+  }
+  std::ifstream in(fs::path(model) / "config.json");
+  nlohmann::json config = nlohmann::json::parse(in);
+  config[field] = value;
+  std::ofstream(dir / "config.json") << config.dump(2);
   return dir.string();
 }
 

@@ -18,6 +18,7 @@
 #include "model/model_fixture.h"
 #include "nanovllm/llm.h"
 #include "reference/test_util.h"
+#include "structured/check_outputs.h"
 #include "util/check.h"
 
 namespace nanovllm {
@@ -70,27 +71,6 @@ std::vector<Case> cases() {
   return v;
 }
 
-// check_outputs.py over the lines; fails the test on any invalid output.
-void check_with_python(const std::vector<nlohmann::json>& lines) {
-  const fs::path file = fs::temp_directory_path() / ("nanovllm_structured_engine_" + std::to_string(::getpid()) + ".jsonl");
-  {
-    std::ofstream f(file);
-    for (const nlohmann::json& l : lines) f << l.dump() << "\n";
-  }
-  const std::string cmd = "python3 '" + test::source_dir() + "/tests/structured/check_outputs.py' '" +
-                          file.string() + "' 2>&1";
-  std::string report;
-  FILE* p = popen(cmd.c_str(), "r");
-  ASSERT_NE(p, nullptr) << cmd;
-  char buf[4096];
-  while (size_t n = fread(buf, 1, sizeof(buf), p)) report.append(buf, n);
-  const int status = pclose(p);
-  fs::remove(file);
-  ASSERT_NE(report.find("CHECKED " + std::to_string(lines.size())), std::string::npos)
-      << "check_outputs.py did not run (python3 with jsonschema is needed: apt-get install "
-         "python3-jsonschema): " << report;
-  EXPECT_EQ(status, 0) << report;
-}
 
 TEST(StructuredEngine, EveryOutputIsValidGreedySampledAndShared) {
   LLM llm(config());
@@ -141,7 +121,7 @@ TEST(StructuredEngine, EveryOutputIsValidGreedySampledAndShared) {
       }
     }
   }
-  check_with_python(lines);
+  test::check_with_python(lines);
   std::printf("%zu constrained outputs checked by python, %d choices checked here\n", lines.size(), choices);
 }
 

@@ -250,6 +250,10 @@ TEST(JsonSchema, Errors) {
                    "pattern at the root");
   EXPECT_ERROR_HAS(schema_error(R"js({"type": "string", "maxLength": 1000000})js"),
                    "max_repetition");
+  // Above INT64_MAX: too large (the limit), not negative.
+  EXPECT_ERROR_HAS(schema_error(R"js({"type": "array", "maxItems": 18446744073709551615})js"),
+                   "max_repetition");
+  EXPECT_ERROR_HAS(schema_error(R"js({"type": "string", "minLength": -1})js"), "non-negative");
   EXPECT_ERROR_HAS(schema_error(R"js({"type": "integer", "minLength": 1})js"),
                    "'minLength' does not apply");
   EXPECT_ERROR_HAS(schema_error(R"js({"enum": []})js"), "enum");

@@ -19,6 +19,7 @@
 #include <random>
 
 #include "reference/test_util.h"
+#include "structured/check_outputs.h"
 #include "structured/compiled_grammar.h"
 #include "structured/grammar_matcher.h"
 #include "structured/reference_gbnf.h"
@@ -140,30 +141,6 @@ std::vector<Output> Qwen3Walks::walk_all(const Case& c, unsigned seed) {
   EXPECT_GE(ended, c.min_ended) << c.name << ": too few walks ended within " << kMaxTokens
                                 << " tokens";
   return outputs;
-}
-
-// Runs check_outputs.py on the lines; returns its report, failing the test on any failure.
-void check_with_python(const std::vector<nlohmann::json>& lines) {
-  const fs::path file =
-      fs::temp_directory_path() / fmt::format("nanovllm_structured_{}.jsonl", ::getpid());
-  {
-    std::ofstream f(file);
-    for (const nlohmann::json& l : lines) f << l.dump() << "\n";
-  }
-  const std::string cmd = "python3 '" + nanovllm::test::source_dir() +
-                          "/tests/structured/check_outputs.py' '" + file.string() + "' 2>&1";
-  std::string report;
-  FILE* p = popen(cmd.c_str(), "r");
-  ASSERT_NE(p, nullptr) << cmd;
-  char buf[4096];
-  while (size_t n = fread(buf, 1, sizeof(buf), p)) report.append(buf, n);
-  const int status = pclose(p);
-  fs::remove(file);
-  ASSERT_NE(report.find(fmt::format("CHECKED {}", lines.size())), std::string::npos)
-      << "check_outputs.py did not run (python3 with jsonschema is needed: apt-get install "
-         "python3-jsonschema): "
-      << report;
-  EXPECT_EQ(status, 0) << report;
 }
 
 // UTF-8 -> code points, decoded here (not by the library); false if not valid UTF-8.
@@ -296,7 +273,7 @@ TEST_F(Qwen3Walks, JsonSchemasAndJsonObject) {
       lines.push_back(std::move(l));
     }
   }
-  check_with_python(lines);
+  nanovllm::test::check_with_python(lines);
 }
 
 TEST_F(Qwen3Walks, Regexes) {
@@ -323,7 +300,7 @@ TEST_F(Qwen3Walks, Regexes) {
       lines.push_back(std::move(l));
     }
   }
-  check_with_python(lines);
+  nanovllm::test::check_with_python(lines);
 }
 
 TEST_F(Qwen3Walks, Choices) {
