@@ -9,8 +9,12 @@
 // Qwen3-30B-A3B's router (128 experts, top 8) at a small hidden size. Also: a token's row does
 // not depend on the batch around it (bitwise) as long as both batches take the same GEMM path
 // (launch.h moe_use_tiled; across the paths the rows differ by rounding only), and a captured
-// graph replays any routing, a skewed one included. Needs a GPU (label cuda) or the emulator.
+// graph replays any routing, a skewed one included. Quantized experts (int8 per row or per group,
+// int4 in groups, as --quantization makes them: quantize_rtn of bf16 weights) the same on both
+// paths, against the reference on their dequantized values (QuantizedWeight::dequantize), with
+// K tails and a partial last group. Needs a GPU (label cuda) or the emulator.
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -18,6 +22,7 @@
 
 #include "backend/cuda/launch.h"
 #include "cuda/cuda_fixture.h"
+#include "runtime/quant.h"
 
 namespace nanovllm {
 namespace {
@@ -29,12 +34,18 @@ struct Case {
   int64_t T, H, I, E, k;
   bool renormalize;
   bool tied_logits = false;  // logits on a coarse grid: many exact ties
+  QuantScheme quant = {};    // the experts' format (None: bf16)
 };
+
+constexpr QuantScheme kInt8{QuantFormat::Int8, 0};
+constexpr QuantScheme kInt8G32{QuantFormat::Int8, 32};
+constexpr QuantScheme kInt4G32{QuantFormat::Int4, 32};
 
 // Test names (CTest lists the parameter): "T40 H64 I32 E16 k4 renorm tied".
 void PrintTo(const Case& c, std::ostream* os) {
   *os << "T" << c.T << " H" << c.H << " I" << c.I << " E" << c.E << " k" << c.k
       << (c.renormalize ? " renorm" : "") << (c.tied_logits ? " tied" : "");
+  if (c.quant.enabled()) *os << " " << quantization_name(c.quant);
 }
 
 // The experts of one layer: device weights and their f32 values.
@@ -88,14 +99,22 @@ Vec moe_reference(const Experts& ex, const Vec& x, const Vec& logits, const Case
 
 class CudaMoe : public test::CudaTest {
  protected:
-  // A [n, k] bf16 weight of N(0, 1/k) values on the device, and its values.
-  LinearWeight weight(int64_t n, int64_t k, Vec& values) {
+  // A [n, k] bf16 weight of N(0, 1/k) values on the device, and its values; quantized
+  // (quantize_rtn, as --quantization does at load) when `quant` is enabled, the values then
+  // dequantized.
+  LinearWeight weight(int64_t n, int64_t k, Vec& values, QuantScheme quant = {}) {
     std::normal_distribution<float> d(0.0f, 1.0f / std::sqrt(float(k)));
     std::vector<uint16_t> bits(static_cast<size_t>(n * k));
     values.resize(bits.size());
     for (size_t i = 0; i < bits.size(); ++i) {
       bits[i] = f32_to_bf16(d(rng));
       values[i] = bf16_to_f32(bits[i]);
+    }
+    if (quant.enabled()) {
+      const QuantizedWeight q = quantize_rtn(bits.data(), n, k, quant, "expert");
+      for (int64_t j = 0; j < n; ++j)
+        for (int64_t i = 0; i < k; ++i) values[size_t(j * k + i)] = q.dequantize(j, i);
+      return be->make_quantized_linear_weight(q);
     }
     return be->make_linear_weight(Tensor::contiguous(bits.data(), DType::BF16, {n, k}));
   }
@@ -104,8 +123,8 @@ class CudaMoe : public test::CudaTest {
     ex.gate_up.resize(size_t(c.E));
     ex.down.resize(size_t(c.E));
     for (int64_t e = 0; e < c.E; ++e) {
-      ex.weights.gate_up.push_back(weight(2 * c.I, c.H, ex.gate_up[size_t(e)]));
-      ex.weights.down.push_back(weight(c.H, c.I, ex.down[size_t(e)]));
+      ex.weights.gate_up.push_back(weight(2 * c.I, c.H, ex.gate_up[size_t(e)], c.quant));
+      ex.weights.down.push_back(weight(c.H, c.I, ex.down[size_t(e)], c.quant));
     }
     return ex;
   }
@@ -147,10 +166,11 @@ TEST_P(CudaMoeShapes, MatchesTheScalarReference) {
     err = std::max(err, double(std::fabs(got[i] - want[i])));
     mag = std::max(mag, double(std::fabs(want[i])));
   }
-  std::printf("T %ld H %ld I %ld E %ld k %ld (%s%s): max error %.2e, max |out| %.2f\n", long(c.T),
-              long(c.H), long(c.I), long(c.E), long(c.k),
+  std::printf("T %ld H %ld I %ld E %ld k %ld (%s%s%s%s): max error %.2e, max |out| %.2f\n",
+              long(c.T), long(c.H), long(c.I), long(c.E), long(c.k),
               cuda::moe_use_tiled(c.T, c.k, c.E) ? "tiled GEMM" : "grouped GEMV",
-              c.tied_logits ? ", tied logits" : "", err, mag);
+              c.tied_logits ? ", tied logits" : "", c.quant.enabled() ? ", " : "",
+              c.quant.enabled() ? quantization_name(c.quant).c_str() : "", err, mag);
 
   // Batch invariance: single tokens (the GEMV path, like any decode-sized batch) or, for a
   // tiled batch, all but its first 3 tokens as a batch of their own (still tiled, rows sorted
@@ -188,11 +208,30 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaMoeShapes,
                              Case{100, 72, 40, 8, 2, true}, Case{70, 64, 96, 16, 4, false, true},
                              Case{200, 64, 32, 2, 1, false}));
 
+// Quantized experts on both paths: decode-sized steps (grouped GEMV) and prefills (tiled GEMM),
+// K tails (I 40: a k step of 8 past 32; int4-g32 / int8-g32: a last group of 8), K past one pass
+// of the GEMV's lanes, Qwen3-30B-A3B's router, and experts with several row tiles.
+INSTANTIATE_TEST_SUITE_P(
+    Quantized, CudaMoeShapes,
+    ::testing::Values(Case{1, 64, 32, 8, 2, true, false, kInt8},
+                      Case{5, 72, 40, 16, 4, false, false, kInt8},
+                      Case{100, 72, 40, 8, 2, true, false, kInt8},
+                      Case{5, 64, 32, 128, 8, true, false, kInt8},
+                      Case{5, 72, 40, 16, 4, false, false, kInt8G32},
+                      Case{70, 64, 96, 16, 4, false, true, kInt8G32},
+                      Case{1, 64, 32, 8, 2, true, false, kInt4G32},
+                      Case{5, 72, 40, 16, 4, false, false, kInt4G32},
+                      Case{5, 1056, 24, 8, 2, true, false, kInt4G32},
+                      Case{100, 72, 40, 8, 2, true, false, kInt4G32},
+                      Case{200, 64, 32, 2, 1, false, false, kInt4G32}));
+
 // A captured fused_moe replays whatever routing the new logits give: balanced, tied, and every
 // token sending its top 2 to experts 3 and 5 (one expert with all 40 rows: 3 tiles of 16), each
-// equal to eager bit for bit and near the reference.
-TEST_F(CudaMoe, GraphReplaysAnyRouting) {
-  const Case c{40, 64, 32, 16, 4, true};
+// equal to eager bit for bit and near the reference. bf16, int8 and int4-g32 experts.
+class CudaMoeGraph : public CudaMoe, public ::testing::WithParamInterface<QuantScheme> {};
+
+TEST_P(CudaMoeGraph, ReplaysAnyRouting) {
+  const Case c{40, 64, 32, 16, 4, true, false, GetParam()};
   const Experts ex = experts(c);
   Tensor xt = alloc(DType::BF16, {c.T, c.H}), lt = alloc(DType::F32, {c.T, c.E});
   Tensor out = alloc(DType::BF16, {c.T, c.H});
@@ -226,6 +265,14 @@ TEST_F(CudaMoe, GraphReplaysAnyRouting) {
     expect_close_scaled(eager, moe_reference(ex, x, l, rc), 2e-2, "fused_moe (graph round)");
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Formats, CudaMoeGraph, ::testing::Values(QuantScheme{}, kInt8, kInt4G32),
+                         [](const ::testing::TestParamInfo<QuantScheme>& info) {
+                           std::string s = quantization_name(info.param);
+                           for (char& ch : s)
+                             ch = std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
+                           return s;
+                         });
 
 // The host-side geometry: the item bound holds for the worst routing, chunks stay in budget,
 // and the path choice is the same for a batch and the graph bucket it pads to.

@@ -68,7 +68,7 @@ class CudaBackend : public Backend {
   void attention_decode(Tensor out, Tensor q, const LayerKVCache& cache, const ForwardBatch& batch,
                         float scale) override;
   // fused_moe.cpp: router, sort by expert, grouped expert GEMMs and combine, all driven by device
-  // data (graph-safe once warmed up); bf16 experts only.
+  // data (graph-safe once warmed up); bf16, int8 or int4 experts (quant_linear.h's layout).
   void fused_moe(Tensor out, Tensor x, Tensor router_logits, const MoeWeights& experts, int top_k,
                  bool renormalize) override;
   void gather_rows(Tensor out, Tensor x, Tensor indices) override;
@@ -87,10 +87,11 @@ class CudaBackend : public Backend {
   // ws, grown to at least `bytes` (outside graph capture only; the old buffer is retired, not
   // freed, as graphs captured before may use it).
   void* grow_workspace(Buffer& ws, size_t bytes, const char* op);
-  // The device table of the experts' weight pointers ([2E]: gate_up[0..E), then down[0..E)),
-  // made on first use of `experts` and remade when its weights moved (both outside capture).
-  const uint16_t* const* moe_weight_table(const MoeWeights& experts, int64_t hidden,
-                                          int64_t intermediate);
+  // The device table of the experts' weight pointers ([2E]: gate_up[0..E), then down[0..E); bf16
+  // rows or quantized codes, quant_linear.h), made on first use of `experts` and remade when its
+  // weights moved (both outside capture).
+  const void* const* moe_weight_table(const MoeWeights& experts, int64_t hidden,
+                                      int64_t intermediate);
 
   int device_ = 0;
   int num_sms_ = 1;

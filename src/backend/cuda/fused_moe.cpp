@@ -11,7 +11,10 @@
 // item count exit, and an expert without rows has no items: nothing is launched per expert.
 // Small chunks (the experts average <= 16 rows: decode) run the grouped GEMV, which reads each
 // used expert's weights once per 16 of its rows; larger ones a tiled f32 GEMM (correct and
-// simple; no tensor cores yet). Napkin math, Qwen3-30B-A3B (E 128, k 8, H 2048, I 768): an
+// simple; no tensor cores yet). Quantized experts (--quantization int8 / int4-gN: quant_linear.h's
+// layout, the table then points at each expert's codes) run the same kernels, the GEMV and the
+// tiled GEMM's weight-tile load dequantizing in registers (f32, as QuantizedWeight::dequantize).
+// Napkin math, Qwen3-30B-A3B (E 128, k 8, H 2048, I 768): an
 // expert is 9.4 MB of bf16; a decode step of B tokens reads min(128, ~8 B) of them per layer
 // (B 1: 75 MB, 22 us at 3.35 TB/s; B 64: nearly all 128, 1.2 GB, 0.36 ms), plus B k rows of
 // activations (noise).
@@ -32,6 +35,26 @@ namespace nanovllm::cuda {
 namespace {
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// What the grouped GEMMs read of one kind of expert weight [n, k] (all experts share `first`'s
+// scheme: moe_weight_table checks it): the table, and for a quantized scheme its layout.
+MoeExpertWeights expert_weights(const void* const* table, const LinearWeight& first) {
+  MoeExpertWeights w;
+  w.table = table;
+  w.quantized = first.quant.enabled();
+  if (w.quantized) {
+    const QuantDeviceLayout l = quant_device_layout(first.quant.format == QuantFormat::Int4,
+                                                    first.quant.group, first.n, first.k);
+    w.layout.n = first.n;
+    w.layout.k = first.k;
+    w.layout.row_bytes = l.row_bytes;
+    w.layout.groups = int32_t(l.groups);
+    w.layout.group = int32_t(l.group);
+    w.layout.int4 = l.int4;
+    w.scales_offset = l.scales_offset;
+  }
+  return w;
+}
 
 // The scratch of one chunk of `tokens` tokens, carved from `base` (256-byte aligned pieces).
 struct MoeScratch {
@@ -66,30 +89,40 @@ MoeScratch moe_scratch(char* base, int64_t tokens, int64_t top_k, int64_t num_ex
 
 }  // namespace
 
-const uint16_t* const* CudaBackend::moe_weight_table(const MoeWeights& w, int64_t hidden,
-                                                     int64_t intermediate) {
+const void* const* CudaBackend::moe_weight_table(const MoeWeights& w, int64_t hidden,
+                                                 int64_t intermediate) {
   const size_t E = w.gate_up.size();
   const MoeWeights* key = &w;  // (a named key: no temporary bound to operator[]'s reference)
   MoeTable& table = moe_tables_[key];
   bool same = table.device.data() && table.host.size() == 2 * E;
   for (size_t e = 0; same && e < E; ++e)
     same = table.host[e] == w.gate_up[e].data.data && table.host[E + e] == w.down[e].data.data;
-  if (same) return static_cast<const uint16_t* const*>(table.device.data());
+  if (same) return static_cast<const void* const*>(table.device.data());
   NV_CHECK(!capturing(),
            "cuda fused_moe: the experts' weight table is made on their first use, which must come "
            "before graph capture (warm up first)");
   for (size_t e = 0; e < E; ++e) {
     for (const LinearWeight* lw : {&w.gate_up[e], &w.down[e]}) {
       const bool up = lw == &w.gate_up[e];
-      NV_CHECK(!lw->quant.enabled() && lw->data.dtype == DType::BF16 &&
+      // Every expert of a kind in expert 0's scheme (expert_weights describes them all by it).
+      const QuantScheme want = up ? w.gate_up[0].quant : w.down[0].quant;
+      const bool quantized = lw->quant.enabled();
+      const bool int4 = lw->quant.format == QuantFormat::Int4;
+      const bool format_ok =
+          quantized ? (lw->quant.format == QuantFormat::Int8 || int4) &&
+                          lw->quant.group >= (int4 ? 8 : 0) && lw->quant.group % 8 == 0 &&
+                          lw->data.nbytes() >=
+                              quant_device_layout(int4, lw->quant.group, lw->n, lw->k).bytes
+                    : lw->data.dtype == DType::BF16;
+      NV_CHECK(lw->quant.format == want.format && lw->quant.group == want.group && format_ok &&
                    lw->data.device == DeviceKind::CUDA && lw->data.is_contiguous() &&
                    aligned16(lw->data.data) && lw->n == (up ? 2 * intermediate : hidden) &&
                    lw->k == (up ? hidden : intermediate),
-               "cuda fused_moe: expert {} {} is {} [{}, {}] ({}); expected bf16 [{}, {}] on the "
-               "device",
+               "cuda fused_moe: expert {} {} is {} [{}, {}] ({}); expected [{}, {}] on the "
+               "device, bf16 or quantized for the CUDA backend as expert 0 ({})",
                e, up ? "gate_up" : "down", lw->data.describe(), lw->n, lw->k,
                quantization_name(lw->quant), up ? 2 * intermediate : hidden,
-               up ? hidden : intermediate);
+               up ? hidden : intermediate, quantization_name(want));
     }
   }
   // Graphs captured with the old table keep reading it: retire it rather than free it.
@@ -101,7 +134,7 @@ const uint16_t* const* CudaBackend::moe_weight_table(const MoeWeights& w, int64_
     table.host[E + e] = w.down[e].data.data;
   }
   upload(table.device.as(DType::I64, {int64_t(2 * E)}), table.host.data());
-  return static_cast<const uint16_t* const*>(table.device.data());
+  return static_cast<const void* const*>(table.device.data());
 }
 
 void CudaBackend::fused_moe(Tensor out, Tensor x, Tensor router_logits, const MoeWeights& w,
@@ -111,13 +144,6 @@ void CudaBackend::fused_moe(Tensor out, Tensor x, Tensor router_logits, const Mo
   NV_CHECK(E > 0 && E <= kMoeMaxExperts && int64_t(w.down.size()) == E,
            "cuda fused_moe: {} gate_up and {} down experts (1 to {} supported)", E, w.down.size(),
            kMoeMaxExperts);
-  // Quantized experts (--quantization, or a quantized MoE checkpoint) have no CUDA kernels yet.
-  for (const LinearWeight* lw : {&w.gate_up[0], &w.down[0]}) {
-    if (lw->quant.enabled())
-      fail("{} does not run quantized mixture-of-experts weights ({}) yet: use --device cpu, or "
-           "a bf16 checkpoint without --quantization",
-           describe(), quantization_name(lw->quant));
-  }
   NV_CHECK(x.ndim == 2 && out.ndim == 2 && x.dtype == DType::BF16 && out.dtype == DType::BF16 &&
                x.device == DeviceKind::CUDA && out.device == DeviceKind::CUDA && x.stride[1] == 1 &&
                out.stride[1] == 1 && out.shape[0] == x.shape[0] && out.shape[1] == x.shape[1] &&
@@ -136,7 +162,9 @@ void CudaBackend::fused_moe(Tensor out, Tensor x, Tensor router_logits, const Mo
            "rows 16-byte aligned",
            H, I, x.describe(), out.describe());
   if (T == 0) return;
-  const uint16_t* const* table = moe_weight_table(w, H, I);
+  const void* const* table = moe_weight_table(w, H, I);
+  const MoeExpertWeights gate_up = expert_weights(table, w.gate_up[0]);
+  const MoeExpertWeights down = expert_weights(table + E, w.down[0]);
 
   // Bytes per row of the scratch: 4 i32 / f32 entries, 2 items at most, the gu_y and act rows.
   const int64_t row_bytes = 16 + 8 + 2 * (std::max(2 * I, H) + I);
@@ -155,10 +183,10 @@ void CudaBackend::fused_moe(Tensor out, Tensor x, Tensor router_logits, const Mo
     launch_moe_route(r, router_logits.ptr<const float>() + t0 * router_logits.stride[0],
                      router_logits.stride[0], C, int(E), top_k, renormalize, stream_);
     launch_moe_align(r, C, int(E), top_k, tile_rows, stream_);
-    launch_moe_gemm(s.gu_y, 2 * I, xc, x.stride[0], r.row_token, table, r, max_items, tiled,
+    launch_moe_gemm(s.gu_y, 2 * I, xc, x.stride[0], r.row_token, gate_up, r, max_items, tiled,
                     tile_rows, 2 * I, H, stream_);
     launch_silu_and_mul(s.act, I, s.gu_y, 2 * I, n, I, stream_);
-    launch_moe_gemm(s.gu_y, H, s.act, I, nullptr, table + E, r, max_items, tiled, tile_rows, H, I,
+    launch_moe_gemm(s.gu_y, H, s.act, I, nullptr, down, r, max_items, tiled, tile_rows, H, I,
                     stream_);
     launch_moe_combine(out.ptr<uint16_t>() + t0 * out.stride[0], out.stride[0], s.gu_y, H, r, C,
                        top_k, H, stream_);

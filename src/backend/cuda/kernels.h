@@ -6,6 +6,8 @@
 
 #include <cstdint>
 
+#include "backend/cuda/quant_linear.h"
+
 namespace nanovllm::cuda {
 
 // A 2-D or 3-D activation viewed as rows of d contiguous elements: row r sits at
@@ -133,12 +135,23 @@ void launch_moe_route(const MoeRouting& r, const float* logits, int64_t logits_s
 // pair_row, row_token, and the work items, tiles of tile_rows rows of one expert.
 void launch_moe_align(const MoeRouting& r, int64_t tokens, int num_experts, int top_k,
                       int tile_rows, cudaStream_t stream);
-// Grouped GEMM over the work items: out[row] = x[src(row)] @ weights[expert(row)]^T, bf16 [n, k]
-// weights, f32 accumulation, bf16 out [rows, n]; src(row) = row_token[row], or row itself when
-// row_token is null. tiled: kMoeTileM-row tiles (launch.h), else the grouped GEMV with tiles of
-// tile_rows (gemv_m_tile) rows. k % 8 == 0, x rows and weights 16-byte aligned.
+// The [n, k] weights of one kind (gate_up or down) of every expert, as the grouped GEMMs read
+// them: table[e] (a device array) points at expert e's weight, bf16 rows when !quantized, else
+// quant_linear.h's layout (codes at table[e], scales at table[e] + scales_offset; the same
+// scheme and shape for every expert, described by `layout` whose codes / scales are unset).
+struct MoeExpertWeights {
+  const void* const* table = nullptr;
+  bool quantized = false;
+  QuantWeightView layout;
+  size_t scales_offset = 0;
+};
+// Grouped GEMM over the work items: out[row] = x[src(row)] @ w[expert(row)]^T, w bf16 or
+// dequantized in registers (f32, exactly as QuantizedWeight::dequantize), f32 accumulation,
+// bf16 out [rows, n]; src(row) = row_token[row], or row itself when row_token is null. tiled:
+// kMoeTileM-row tiles (launch.h), else the grouped GEMV with tiles of tile_rows (gemv_m_tile)
+// rows. k % 8 == 0, x rows and bf16 weights 16-byte aligned.
 void launch_moe_gemm(uint16_t* out, int64_t out_stride, const uint16_t* x, int64_t x_stride,
-                     const int32_t* row_token, const uint16_t* const* weights, const MoeRouting& r,
+                     const int32_t* row_token, const MoeExpertWeights& weights, const MoeRouting& r,
                      int64_t max_items, bool tiled, int tile_rows, int64_t n, int64_t k,
                      cudaStream_t stream);
 // out[t] = sum_j topk_weights[t, j] * y[pair_row[t * top_k + j]] for j = 0..top_k-1 in order, f32

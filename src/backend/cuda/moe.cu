@@ -8,6 +8,7 @@
 #include "backend/cuda/gemv.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.h"
+#include "backend/cuda/quant_unpack.cuh"
 
 namespace nanovllm::cuda {
 
@@ -147,6 +148,18 @@ __global__ void __launch_bounds__(kMoeAlignThreads)
   }
 }
 
+// The experts' weight format, a template parameter of the grouped GEMMs: bf16 rows, or
+// quant_linear.h's int8 / int4 layout dequantized in registers (quant_unpack.cuh).
+enum MoeFormat : int { kMoeBf16 = 0, kMoeInt8 = 1, kMoeInt4 = 2 };
+
+// Expert e's quantized weight (kMoeInt8 / kMoeInt4): its codes and scales in the shared layout.
+__device__ __forceinline__ QuantWeightView moe_quant_expert(const MoeExpertWeights& w, int e) {
+  QuantWeightView v = w.layout;
+  v.codes = static_cast<const uint8_t*>(w.table[e]);
+  v.scales = reinterpret_cast<const uint32_t*>(v.codes + w.scales_offset);
+  return v;
+}
+
 // Where row `row` of a grouped GEMM reads its x: row_token[row] (the gate_up GEMM gathers the
 // tokens' hidden rows), or the row itself (the down GEMM reads the sorted activations).
 __device__ __forceinline__ const uint16_t* moe_x_row(const uint16_t* x, int64_t x_stride,
@@ -159,11 +172,12 @@ __device__ __forceinline__ const uint16_t* moe_x_row(const uint16_t* x, int64_t 
 // so a row's result depends on neither MT nor its neighbours). Bytes: each item reads its
 // expert's [n, k] weight once, so a decode step whose experts have <= MT rows reads each used
 // expert once and nothing of the others (Qwen3-30B-A3B: 9.4 MB per expert for gate_up + down;
-// batch 1 reads 8 of them, 75 MB a layer, 22 us at 3.35 TB/s).
-template <int MT>
+// batch 1 reads 8 of them, 75 MB a layer, 22 us at 3.35 TB/s). Quantized experts: the dense
+// quantized GEMV's lane loop (quant_lane_dots), int8 half and int4 a quarter of those bytes.
+template <int MT, int kFmt>
 __global__ void __launch_bounds__(kGemvWarps * 32)
     moe_gemv_kernel(uint16_t* out, int64_t out_stride, const uint16_t* __restrict__ x,
-                    int64_t x_stride, const int32_t* row_token, const uint16_t* const* weights,
+                    int64_t x_stride, const int32_t* row_token, MoeExpertWeights weights,
                     const int32_t* expert_offsets, const int32_t* items, const int32_t* num_items,
                     int64_t n, int64_t k) {
   const int item = blockIdx.y;
@@ -180,7 +194,12 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
 #pragma unroll
   for (int i = 0; i < MT; ++i) acc[i] = 0.0f;
   const auto x_row = [&](int i) { return xr[i]; };
-  gemv_lane_dots<MT>(acc, weights[e] + col * k, x_row, m, k, lane);
+  if constexpr (kFmt == kMoeBf16) {
+    gemv_lane_dots<MT>(acc, static_cast<const uint16_t*>(weights.table[e]) + col * k, x_row, m, k,
+                       lane);
+  } else {
+    quant_lane_dots<MT, kFmt == kMoeInt4>(acc, moe_quant_expert(weights, e), col, x_row, m, lane);
+  }
 #pragma unroll
   for (int i = 0; i < MT; ++i) {
     if (i >= m) break;  // m is the same for the whole CTA: no lane leaves a shuffle
@@ -194,11 +213,13 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
 // in shared memory as f32, each thread 4 x 4 outputs (rows ty + 16 i, columns tx + 16 j). Each
 // output sums over k in ascending order whatever its place in the tile, so a row's result does not
 // depend on the rows beside it. Bytes: per k step 2 x 64 x 32 x 2 B = 8 KB (L2) for 131k FMAs;
-// an expert's weight is read once per 64 of its rows.
+// an expert's weight is read once per 64 of its rows. Quantized experts: each loader thread
+// dequantizes its unit of 8 k (quant_unpack.cuh) into the f32 weight tile.
+template <int kFmt>
 __global__ void __launch_bounds__(kMoeTileThreads)
     moe_gemm_tiled_kernel(uint16_t* out, int64_t out_stride, const uint16_t* __restrict__ x,
                           int64_t x_stride, const int32_t* row_token,
-                          const uint16_t* const* weights, const int32_t* expert_offsets,
+                          MoeExpertWeights weights, const int32_t* expert_offsets,
                           const int32_t* items, const int32_t* num_items, int64_t n, int64_t k) {
   static_assert(kMoeTileThreads == 256 && kMoeTileM == 64 && kMoeTileN == 64 && kMoeTileK == 32,
                 "the loaders below assume these");
@@ -213,7 +234,14 @@ __global__ void __launch_bounds__(kMoeTileThreads)
   // Loader: tile row (and weight row) lr, elements [kc, kc + 8) of each k step.
   const int lr = tid / 4, kc = tid % 4 * 8;
   const uint16_t* xrow = lr < m ? moe_x_row(x, x_stride, row_token, r0 + lr) : nullptr;
-  const uint16_t* wrow = n0 + lr < n ? weights[e] + (n0 + lr) * k : nullptr;
+  const bool w_in = n0 + lr < n;
+  const uint16_t* wrow = nullptr;
+  QuantWeightView wq;
+  if constexpr (kFmt == kMoeBf16) {
+    if (w_in) wrow = static_cast<const uint16_t*>(weights.table[e]) + (n0 + lr) * k;
+  } else {
+    wq = moe_quant_expert(weights, e);
+  }
   float acc[4][4];
 #pragma unroll
   for (int i = 0; i < 4; ++i)
@@ -228,8 +256,14 @@ __global__ void __launch_bounds__(kMoeTileThreads)
 #pragma unroll
       for (int i = 0; i < 8; ++i) xf[i] = 0.0f;
     }
-    if (wrow && in_k) {
-      load8(wrow + k0 + kc, wf);
+    if (w_in && in_k) {
+      if constexpr (kFmt == kMoeBf16) {
+        load8(wrow + k0 + kc, wf);
+      } else {
+        const int64_t u = (k0 + kc) / 8;
+        quant_unpack_unit<kFmt == kMoeInt4>(wq, n0 + lr, u,
+                                            quant_load_unit<kFmt == kMoeInt4>(wq, n0 + lr, u), wf);
+      }
     } else {
 #pragma unroll
       for (int i = 0; i < 8; ++i) wf[i] = 0.0f;
@@ -291,14 +325,50 @@ __global__ void moe_combine_kernel(uint16_t* out, int64_t out_stride, const uint
   }
 }
 
-template <int MT>
+template <int MT, int kFmt>
 void launch_gemv_mt(uint16_t* out, int64_t out_stride, const uint16_t* x, int64_t x_stride,
-                    const int32_t* row_token, const uint16_t* const* weights, const MoeRouting& r,
+                    const int32_t* row_token, const MoeExpertWeights& weights, const MoeRouting& r,
                     int64_t max_items, int64_t n, int64_t k, cudaStream_t stream) {
   const dim3 grid(unsigned((n + kGemvWarps - 1) / kGemvWarps), unsigned(max_items));
-  moe_gemv_kernel<MT><<<grid, kGemvWarps * 32, 0, stream>>>(out, out_stride, x, x_stride, row_token,
-                                                            weights, r.expert_offsets, r.items,
-                                                            r.num_items, n, k);
+  moe_gemv_kernel<MT, kFmt><<<grid, kGemvWarps * 32, 0, stream>>>(
+      out, out_stride, x, x_stride, row_token, weights, r.expert_offsets, r.items, r.num_items, n,
+      k);
+}
+
+template <int kFmt>
+void launch_gemm_format(uint16_t* out, int64_t out_stride, const uint16_t* x, int64_t x_stride,
+                        const int32_t* row_token, const MoeExpertWeights& weights,
+                        const MoeRouting& r, int64_t max_items, bool tiled, int tile_rows,
+                        int64_t n, int64_t k, cudaStream_t stream) {
+  if (tiled) {
+    const dim3 grid(unsigned((n + kMoeTileN - 1) / kMoeTileN), unsigned(max_items));
+    moe_gemm_tiled_kernel<kFmt><<<grid, kMoeTileThreads, 0, stream>>>(
+        out, out_stride, x, x_stride, row_token, weights, r.expert_offsets, r.items, r.num_items, n,
+        k);
+    return;
+  }
+  switch (tile_rows) {
+    case 1:
+      launch_gemv_mt<1, kFmt>(out, out_stride, x, x_stride, row_token, weights, r, max_items, n, k,
+                              stream);
+      break;
+    case 2:
+      launch_gemv_mt<2, kFmt>(out, out_stride, x, x_stride, row_token, weights, r, max_items, n, k,
+                              stream);
+      break;
+    case 4:
+      launch_gemv_mt<4, kFmt>(out, out_stride, x, x_stride, row_token, weights, r, max_items, n, k,
+                              stream);
+      break;
+    case 8:
+      launch_gemv_mt<8, kFmt>(out, out_stride, x, x_stride, row_token, weights, r, max_items, n, k,
+                              stream);
+      break;
+    default:
+      launch_gemv_mt<16, kFmt>(out, out_stride, x, x_stride, row_token, weights, r, max_items, n,
+                               k, stream);
+      break;
+  }
 }
 
 }  // namespace
@@ -322,38 +392,19 @@ void launch_moe_align(const MoeRouting& r, int64_t tokens, int num_experts, int 
 }
 
 void launch_moe_gemm(uint16_t* out, int64_t out_stride, const uint16_t* x, int64_t x_stride,
-                     const int32_t* row_token, const uint16_t* const* weights, const MoeRouting& r,
+                     const int32_t* row_token, const MoeExpertWeights& weights, const MoeRouting& r,
                      int64_t max_items, bool tiled, int tile_rows, int64_t n, int64_t k,
                      cudaStream_t stream) {
   if (max_items == 0 || n == 0) return;
-  if (tiled) {
-    const dim3 grid(unsigned((n + kMoeTileN - 1) / kMoeTileN), unsigned(max_items));
-    moe_gemm_tiled_kernel<<<grid, kMoeTileThreads, 0, stream>>>(
-        out, out_stride, x, x_stride, row_token, weights, r.expert_offsets, r.items, r.num_items, n,
-        k);
+  if (!weights.quantized) {
+    launch_gemm_format<kMoeBf16>(out, out_stride, x, x_stride, row_token, weights, r, max_items,
+                                 tiled, tile_rows, n, k, stream);
+  } else if (weights.layout.int4) {
+    launch_gemm_format<kMoeInt4>(out, out_stride, x, x_stride, row_token, weights, r, max_items,
+                                 tiled, tile_rows, n, k, stream);
   } else {
-    switch (tile_rows) {
-      case 1:
-        launch_gemv_mt<1>(out, out_stride, x, x_stride, row_token, weights, r, max_items, n, k,
-                          stream);
-        break;
-      case 2:
-        launch_gemv_mt<2>(out, out_stride, x, x_stride, row_token, weights, r, max_items, n, k,
-                          stream);
-        break;
-      case 4:
-        launch_gemv_mt<4>(out, out_stride, x, x_stride, row_token, weights, r, max_items, n, k,
-                          stream);
-        break;
-      case 8:
-        launch_gemv_mt<8>(out, out_stride, x, x_stride, row_token, weights, r, max_items, n, k,
-                          stream);
-        break;
-      default:
-        launch_gemv_mt<16>(out, out_stride, x, x_stride, row_token, weights, r, max_items, n, k,
-                           stream);
-        break;
-    }
+    launch_gemm_format<kMoeInt8>(out, out_stride, x, x_stride, row_token, weights, r, max_items,
+                                 tiled, tile_rows, n, k, stream);
   }
   NV_CUDA_CHECK("fused_moe (expert gemm)", cudaGetLastError());
 }

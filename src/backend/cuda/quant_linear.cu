@@ -11,41 +11,11 @@
 #include "backend/cuda/gemv.cuh"
 #include "backend/cuda/launch.h"
 #include "backend/cuda/quant_linear.h"
+#include "backend/cuda/quant_unpack.cuh"
 
 namespace nanovllm::cuda {
 
 namespace {
-
-// The raw codes of unit u (k 8u..8u+7) of row `row`: int8 8 bytes (x: k 8u..8u+3, y: the rest),
-// int4 4 bytes in x.
-template <bool kInt4>
-__device__ __forceinline__ uint2 load_unit(const QuantWeightView& w, int64_t row, int64_t u) {
-  const uint8_t* p = w.codes + row * w.row_bytes;
-  if constexpr (kInt4) {
-    return make_uint2(__ldg(reinterpret_cast<const uint32_t*>(p) + u), 0u);
-  } else {
-    return __ldg(reinterpret_cast<const uint2*>(p) + u);
-  }
-}
-
-// The 8 weights of unit u of row `row` from its raw codes: q * s (int8) or (q - z) * s (int4).
-template <bool kInt4>
-__device__ __forceinline__ void unpack_unit(const QuantWeightView& w, int64_t row, int64_t u,
-                                            uint2 raw, float (&f)[8]) {
-  const uint32_t sz = __ldg(w.scales + row * w.groups + (u * 8) / w.group);
-  if constexpr (kInt4) {
-    const float s = f16_bits_to_f32(sz & 0xffffu), z = f16_bits_to_f32(sz >> 16);
-#pragma unroll
-    for (int e = 0; e < 8; ++e) f[e] = (float((raw.x >> (4 * e)) & 15u) - z) * s;
-  } else {
-    const float s = bits_f32(sz);
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      f[e] = float(int8_t(uint8_t(raw.x >> (8 * e)))) * s;
-      f[4 + e] = float(int8_t(uint8_t(raw.y >> (8 * e)))) * s;
-    }
-  }
-}
 
 template <int MT, bool kF32Out, bool kInt4>
 __global__ void __launch_bounds__(kGemvWarps * 32)
@@ -58,33 +28,8 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
   float acc[MT];
 #pragma unroll
   for (int r = 0; r < MT; ++r) acc[r] = 0.0f;
-  const int64_t units = w.k / 8;
-  for (int64_t u0 = lane; u0 < units; u0 += 32 * kGemvUnroll) {
-    uint2 raw[kGemvUnroll];
-#pragma unroll
-    for (int v = 0; v < kGemvUnroll; ++v) {
-      const int64_t u = u0 + v * 32;
-      raw[v] = u < units ? load_unit<kInt4>(w, col, u) : make_uint2(0u, 0u);
-    }
-#pragma unroll
-    for (int v = 0; v < kGemvUnroll; ++v) {
-      const int64_t u = u0 + v * 32;
-      if (u >= units) break;
-      float wf[8];
-      unpack_unit<kInt4>(w, col, u, raw[v], wf);
-#pragma unroll
-      for (int r = 0; r < MT; ++r) {
-        if (r < m) {
-          float xf[8];
-          unpack8(__ldg(reinterpret_cast<const uint4*>(x + r * x_stride) + u), xf);
-          float s = 0.0f;
-#pragma unroll
-          for (int e = 0; e < 8; ++e) s += wf[e] * xf[e];
-          acc[r] += s;
-        }
-      }
-    }
-  }
+  const auto x_row = [&](int r) { return x + r * x_stride; };
+  quant_lane_dots<MT, kInt4>(acc, w, col, x_row, m, lane);
   const float b = bias ? ld_bf16(bias + col) : 0.0f;
 #pragma unroll
   for (int r = 0; r < MT; ++r) {
@@ -109,7 +54,7 @@ __global__ void quant_dequantize_kernel(uint16_t* out, QuantWeightView w, int64_
        i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t r = i / units, u = i % units;
     float f[8];
-    unpack_unit<kInt4>(w, row0 + r, u, load_unit<kInt4>(w, row0 + r, u), f);
+    quant_unpack_unit<kInt4>(w, row0 + r, u, quant_load_unit<kInt4>(w, row0 + r, u), f);
     uint16_t* o = out + r * w.k + u * 8;
     if (vec) {
       store8(o, f);
@@ -134,7 +79,7 @@ __global__ void quant_embedding_kernel(uint16_t* out, int64_t out_stride, const 
   const int64_t units = (w.k + 7) / 8;
   for (int64_t u = threadIdx.x; u < units; u += blockDim.x) {
     float f[8];
-    unpack_unit<kInt4>(w, row, u, load_unit<kInt4>(w, row, u), f);
+    quant_unpack_unit<kInt4>(w, row, u, quant_load_unit<kInt4>(w, row, u), f);
     for (int e = 0; e < 8 && u * 8 + e < w.k; ++e) o[u * 8 + e] = f32_to_bf16_bits(f[e]);
   }
 }
