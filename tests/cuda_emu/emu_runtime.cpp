@@ -221,7 +221,15 @@ class Executor {
       mprotect(region_ + size_t(i) * per, kGuardBytes, PROT_NONE);
     fibers_.resize(kMaxThreads);
   }
-  ~Executor() { munmap(region_, region_bytes_); }
+  ~Executor() {
+#if NV_EMU_ASAN
+    // A fiber's frames leave ASan's stack redzones poisoned in the shadow of this region, and
+    // munmap does not clear them: a later mapping at the same addresses (a checkpoint's mmap
+    // after a tensor-parallel rank thread exited) would read as stack-buffer-underflow.
+    ASAN_UNPOISON_MEMORY_REGION(region_, region_bytes_);
+#endif
+    munmap(region_, region_bytes_);
+  }
 
   void run_grid(const emu::LaunchConfig& cfg, const std::function<void()>& body) {
     grid_ = cfg.grid;
