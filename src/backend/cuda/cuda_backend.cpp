@@ -684,7 +684,8 @@ void CudaBackend::sample(Tensor out, Tensor logits, const ForwardBatch& batch) {
   std::vector<int32_t> tokens(static_cast<size_t>(num));
   std::vector<int64_t> rows;  // the seqs the host samples
   if (device_sampler_serves(hb, v)) {
-    // Masked logits stay masked for the host too (top-p alone deferred below).
+    // In place: masked logits stay masked for the host too (top-p alone deferred below). No seq
+    // of this step wants logprobs (processes_logits), so nothing reads the raw logits after.
     if (!hb.sampling.bitmask.empty()) apply_token_bitmask(logits, hb.sampling);
     for (const Tensor* t : {&batch.temperatures, &batch.top_k, &batch.top_p, &batch.seeds,
                             &batch.sample_offsets})
