@@ -69,10 +69,20 @@ std::shared_ptr<RequestStream> AsyncLLMEngine::add_request(std::vector<int32_t> 
 std::vector<std::shared_ptr<RequestStream>> AsyncLLMEngine::add_requests(
     std::vector<std::vector<int32_t>> prompts, const std::vector<SamplingParams>& params,
     const RequestOptions& options) {
+  return add_requests(std::move(prompts), params, std::vector<RequestOptions>{options});
+}
+
+std::vector<std::shared_ptr<RequestStream>> AsyncLLMEngine::add_requests(
+    std::vector<std::vector<int32_t>> prompts, const std::vector<SamplingParams>& params,
+    const std::vector<RequestOptions>& options) {
   if (params.size() != 1 && params.size() != prompts.size()) {
     fail("{} sampling params for {} prompts (give 1 or one per prompt)", params.size(), prompts.size());
   }
+  if (options.size() != 1 && options.size() != prompts.size()) {
+    fail("{} request options for {} prompts (give 1 or one per prompt)", options.size(), prompts.size());
+  }
   auto param = [&](size_t i) -> const SamplingParams& { return params[params.size() == 1 ? 0 : i]; };
+  auto option = [&](size_t i) -> const RequestOptions& { return options[options.size() == 1 ? 0 : i]; };
   for (size_t i = 0; i < prompts.size(); ++i) {
     try {
       engine_.validate(prompts[i], param(i));  // const: reads the immutable config only
@@ -81,14 +91,15 @@ std::vector<std::shared_ptr<RequestStream>> AsyncLLMEngine::add_requests(
       fail("request {}: {}", i, e.what());
     }
   }
-  if (options.detokenize && !prompts.empty()) engine_.require_tokenizer();
+  for (size_t i = 0; i < prompts.size(); ++i)
+    if (option(i).detokenize) engine_.require_tokenizer();
   std::vector<std::shared_ptr<RequestStream>> streams;
   std::vector<Pending> adds;
   const auto now = Clock::now();
   for (size_t i = 0; i < prompts.size(); ++i) {
     auto stream = std::make_shared<RequestStream>(next_request_id_++);
     streams.push_back(stream);
-    adds.push_back({std::move(prompts[i]), param(i), options, stream, now});
+    adds.push_back({std::move(prompts[i]), param(i), option(i), stream, now});
   }
   {
     std::lock_guard lock(mu_);

@@ -64,6 +64,10 @@ class AsyncLLMEngine {
   std::vector<std::shared_ptr<RequestStream>> add_requests(
       std::vector<std::vector<int32_t>> prompts, const std::vector<SamplingParams>& params,
       const RequestOptions& options = {});
+  // The same with options per request (1, or one per prompt).
+  std::vector<std::shared_ptr<RequestStream>> add_requests(
+      std::vector<std::vector<int32_t>> prompts, const std::vector<SamplingParams>& params,
+      const std::vector<RequestOptions>& options);
   // Ends the request (all its samples) at the next step boundary (no-op when it already finished).
   void abort(int64_t request_id);
   // Ends sample `index` of the request only (e.g. a stop string matched in it); its final event

@@ -63,6 +63,9 @@ std::vector<GenerationOutput> LLM::generate(const std::vector<std::vector<int32_
       fail("prompt {}: {}", i, e.what());
     }
   }
+  // A grammar that does not compile is an Error naming its keyword, as add_request gives it (the
+  // compiled grammars are cached: the add below finds them).
+  for (size_t i = 0; i < prompts.size(); ++i) engine_->compile_structured(param(i));
   // Built on the streaming API: one engine thread for this call, one stream per sample.
   std::vector<std::unique_ptr<Job>> jobs;
   std::vector<size_t> first_job(prompts.size());
@@ -109,11 +112,13 @@ std::vector<GenerationOutput> LLM::generate(const std::vector<std::vector<int32_
       AsyncLLMEngine& async;
       ~JoinFirst() { async.shutdown(); }
     } join_first{async};
-    auto submit = [&](Job& job) {
+    auto options_of = [&](const Job& job) {
       RequestOptions options;
       options.detokenize = tokenizer != nullptr && !job.stop;  // stop strings: our own
       options.skip_special_tokens = job.params.skip_special_tokens;
-      job.stream = async.add_request(prompts[job.prompt], job.params, options);
+      return options;
+    };
+    auto listen = [&](Job& job) {
       job.stream->set_notify([&] {
         {
           std::lock_guard lock(mu);
@@ -122,7 +127,32 @@ std::vector<GenerationOutput> LLM::generate(const std::vector<std::vector<int32_
         cv.notify_one();
       });
     };
-    for (size_t i = 0; i < prompts.size(); ++i) submit(*jobs[first_job[i]]);
+    auto submit = [&](Job& job) {
+      job.stream = async.add_request(prompts[job.prompt], job.params, options_of(job));
+      listen(job);
+    };
+    // Every prompt's first sample in one add: the engine's first step sees them all, as
+    // nano-vllm's generate adds them all before stepping. (Added one by one, the engine thread
+    // could start on the first few, and which rows share a step would depend on timing: outputs
+    // then hold only as far as every kernel is batch invariant, which the CUDA backend's GEMV /
+    // cuBLASLt split by rows is not bit for bit.)
+    {
+      std::vector<std::vector<int32_t>> first_prompts;
+      std::vector<SamplingParams> first_params;
+      std::vector<RequestOptions> first_options;
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        const Job& job = *jobs[first_job[i]];
+        first_prompts.push_back(prompts[i]);
+        first_params.push_back(job.params);
+        first_options.push_back(options_of(job));
+      }
+      std::vector<std::shared_ptr<RequestStream>> streams =
+          async.add_requests(std::move(first_prompts), first_params, first_options);
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        jobs[first_job[i]]->stream = std::move(streams[i]);
+        listen(*jobs[first_job[i]]);
+      }
+    }
     auto handle = [&](Job& job, const RequestEvent& e) {
       GenerationOutput& out = job.out;
       if (!e.prompt_logprobs.empty()) out.prompt_logprobs = e.prompt_logprobs;
