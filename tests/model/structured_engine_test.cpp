@@ -6,11 +6,8 @@
 // "stop". Constraining some requests changes no output of the free ones; preemption and the
 // prefix cache change no constrained greedy output; bad specs are Errors naming what was wrong.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "engine/llm_engine.h"
@@ -24,9 +21,7 @@
 namespace nanovllm {
 namespace {
 
-namespace fs = std::filesystem;
 using Prompts = std::vector<std::vector<int32_t>>;
-
 
 Config config() {
   Config c = test::tiny_config(test::tiny_text_model());

@@ -26,18 +26,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
   for (int r = 0; r < MT; ++r) acc[r] = 0.0f;
   const auto x_row = [&](int r) { return x + r * x_stride; };
   gemv_lane_dots<MT>(acc, wr, x_row, m, k, lane);
-  const float b = bias ? ld_bf16(bias + col) : 0.0f;
-#pragma unroll
-  for (int r = 0; r < MT; ++r) {
-    const float v = warp_sum(acc[r]) + b;
-    if (lane == 0 && r < m) {
-      if constexpr (kF32Out) {
-        static_cast<float*>(out)[r * out_stride + col] = v;
-      } else {
-        st_bf16(static_cast<uint16_t*>(out) + r * out_stride + col, v);
-      }
-    }
-  }
+  gemv_store_rows<MT, kF32Out>(out, out_stride, acc, bias, col, m, lane);
 }
 
 template <int MT>

@@ -1,5 +1,6 @@
 #pragma once
-// The GEMV's inner loop, shared by the dense GEMV (gemv.cu) and the grouped expert GEMV (moe.cu):
+// The GEMV's inner loop, shared by the dense GEMV (gemv.cu) and the grouped expert GEMV (moe.cu),
+// and its epilogue, shared by the dense and the quantized GEMV (quant_linear.cu):
 // one warp per output feature, each lane streams 16-byte chunks of the weight row (kGemvUnroll in
 // flight) and multiplies them with the same chunk of every x row (read through L1).
 #include "backend/cuda/common.cuh"
@@ -40,6 +41,26 @@ __device__ __forceinline__ void gemv_lane_dots(float (&acc)[MT], const uint16_t*
           for (int e = 0; e < 8; ++e) s += wf[e] * xf[e];
           acc[r] += s;
         }
+      }
+    }
+  }
+}
+
+// The GEMV's epilogue: out[r, col] = warp_sum(acc[r]) + bias[col] (0 without bias) for r < m,
+// written by lane 0, f32 or bf16.
+template <int MT, bool kF32Out>
+__device__ __forceinline__ void gemv_store_rows(void* out, int64_t out_stride, float (&acc)[MT],
+                                                const uint16_t* bias, int64_t col, int m,
+                                                int lane) {
+  const float b = bias ? ld_bf16(bias + col) : 0.0f;
+#pragma unroll
+  for (int r = 0; r < MT; ++r) {
+    const float v = warp_sum(acc[r]) + b;
+    if (lane == 0 && r < m) {
+      if constexpr (kF32Out) {
+        static_cast<float*>(out)[r * out_stride + col] = v;
+      } else {
+        st_bf16(static_cast<uint16_t*>(out) + r * out_stride + col, v);
       }
     }
   }

@@ -30,18 +30,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
   for (int r = 0; r < MT; ++r) acc[r] = 0.0f;
   const auto x_row = [&](int r) { return x + r * x_stride; };
   quant_lane_dots<MT, kInt4>(acc, w, col, x_row, m, lane);
-  const float b = bias ? ld_bf16(bias + col) : 0.0f;
-#pragma unroll
-  for (int r = 0; r < MT; ++r) {
-    const float v = warp_sum(acc[r]) + b;
-    if (lane == 0 && r < m) {
-      if constexpr (kF32Out) {
-        static_cast<float*>(out)[r * out_stride + col] = v;
-      } else {
-        st_bf16(static_cast<uint16_t*>(out) + r * out_stride + col, v);
-      }
-    }
-  }
+  gemv_store_rows<MT, kF32Out>(out, out_stride, acc, bias, col, m, lane);
 }
 
 // A thread per (row, unit), grid-stride: out[r] = bf16(w[row0 + r]), rows of k (row stride k).
