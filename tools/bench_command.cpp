@@ -216,9 +216,26 @@ void add_bench(CLI::App& app, Commands& commands) {
       std::printf("%s\n", j.dump().c_str());
       return 0;
     }
+    const StepTimes before = engine.step_times();
     const PhaseFigures f = run(make_bench_workload(a->num_seqs, a->max_input_len, a->max_output_len,
                                                    a->min_len, a->seed));
     j.update(phases_json(f, ceilings));
+    {  // where the host's time went, per step of the workload
+      const StepTimes& after = engine.step_times();
+      const double steps = double(std::max<int64_t>(1, after.steps - before.steps));
+      const double seconds = double(f.prompt_tokens + f.output_tokens) / f.total_tok_s;
+      const double sched = (after.schedule_s - before.schedule_s) / steps * 1e3,
+                   prep = (after.prepare_s - before.prepare_s) / steps * 1e3,
+                   exec = (after.execute_s - before.execute_s) / steps * 1e3,
+                   post = (after.postprocess_s - before.postprocess_s) / steps * 1e3;
+      const double outside = seconds / steps * 1e3 - sched - prep - exec - post;
+      std::fprintf(stderr,
+                   "steps: %.0f, per step %.3f ms: schedule %.3f, prepare inputs %.3f, execute "
+                   "(forward, sample, ids back) %.3f, postprocess %.3f, between steps %.3f\n",
+                   steps, seconds / steps * 1e3, sched, prep, exec, post, outside);
+      j["step_ms"] = {{"steps", steps},   {"schedule", sched},     {"prepare", prep},
+                      {"execute", exec},  {"postprocess", post},   {"between_steps", outside}};
+    }
     j["num_seqs"] = a->num_seqs;
     j["seconds"] = double(f.prompt_tokens + f.output_tokens) / f.total_tok_s;
     std::fprintf(stderr, "workload: %d seqs, %lld prompt + %lld output tokens in %.2f s: %.1f output tok/s, %.1f total tok/s\n",

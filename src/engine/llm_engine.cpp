@@ -1,6 +1,7 @@
 #include "engine/llm_engine.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 
@@ -126,13 +127,25 @@ bool LLMEngine::abort(int64_t seq_id) {
 }
 
 StepResult LLMEngine::step() {
+  using Clock = std::chrono::steady_clock;
+  const auto seconds = [](Clock::time_point a, Clock::time_point b) {
+    return std::chrono::duration<double>(b - a).count();
+  };
+  const Clock::time_point t0 = Clock::now();
   StepResult result;
   auto [seqs, is_prefill] = scheduler_->schedule();
+  const Clock::time_point t1 = Clock::now();
+  step_times_.schedule_s += seconds(t0, t1);
+  ++step_times_.steps;
+  double run_s = 0;  // model_runner_->run's share of the step
   if (!seqs.empty()) {
     try {
       const int num_decodes = is_prefill ? scheduler_->num_decode_seqs() : int(seqs.size());
       std::vector<int32_t> token_ids =
           model_runner_->run(seqs, is_prefill, is_prefill ? num_decodes : 0);
+      run_s = seconds(t1, Clock::now());
+      step_times_.prepare_s += model_runner_->last_prepare_seconds();
+      step_times_.execute_s += run_s - model_runner_->last_prepare_seconds();
       for (const auto& [index, lp] : model_runner_->last_prompt_logprobs()) {
         seqs[size_t(index)]->prompt_logprobs.push_back(lp);
       }
@@ -159,6 +172,7 @@ StepResult LLMEngine::step() {
   }
   result.finished = scheduler_->take_finished();
   after_step(seqs, result);  // logprobs, n > 1 siblings (llm_engine_sampling.cpp)
+  step_times_.postprocess_s += seconds(t1, Clock::now()) - run_s;
   return result;
 }
 

@@ -35,6 +35,15 @@ struct StepResult {
   int num_decode_tokens = 0;   // sequences advanced by a decode step
 };
 
+// Where the host's time went, summed over steps (LLMEngine::step_times): the scheduler, the
+// model runner's host-side preparation (inputs built and copied), its execution (forward launched
+// or run, sampling, the sampled ids back: on a GPU, mostly waiting for the device) and the
+// postprocessing (tokens appended, stops, logprobs, siblings).
+struct StepTimes {
+  int64_t steps = 0;
+  double schedule_s = 0, prepare_s = 0, execute_s = 0, postprocess_s = 0;
+};
+
 class LLMEngine {
  public:
   static constexpr int kMaxSamples = 1024;  // SamplingParams::n
@@ -67,6 +76,7 @@ class LLMEngine {
   // and leaves the rest of the engine as before: their blocks are freed, no prefix-cache hash is
   // published for KV the step did not compute, and the other requests go on unaffected.
   StepResult step();
+  const StepTimes& step_times() const { return step_times_; }
   // Ends a waiting or running request between steps and frees its KV blocks; false when it is
   // not waiting or running (finished already, or unknown).
   bool abort(int64_t seq_id);
@@ -94,6 +104,7 @@ class LLMEngine {
   void after_step(const std::vector<Sequence*>& seqs, StepResult& result);
 
   Config config_;
+  StepTimes step_times_;
   ModelConfig model_config_;
   GenerationConfig generation_config_;
   std::vector<int> eos_token_ids_;

@@ -1,6 +1,7 @@
 #include "engine/model_runner.h"
 
 #include <algorithm>
+#include <chrono>
 #include <string>
 
 #include "distributed/nccl_communicator.h"
@@ -366,6 +367,10 @@ std::vector<int32_t> ModelRunner::run(const std::vector<Sequence*>& seqs, bool i
                                       int num_decode_seqs) {
   const int n = int(seqs.size());
   NV_CHECK(is_prefill || num_decode_seqs == 0, "decodes are counted only in a mixed step");
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto prepared = [&] {
+    prepare_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
   if (is_prefill) {
     prepare_prefill(seqs, num_decode_seqs);
   } else {
@@ -373,12 +378,14 @@ std::vector<int32_t> ModelRunner::run(const std::vector<Sequence*>& seqs, bool i
   }
   if (tp_ == 1) {
     upload();
+    prepared();
     return execute(kv_cache_, n);
   }
   send_command(*comm_, TpCommand::kStep);
   try {
     broadcast_batch(*comm_, host_);
     upload();
+    prepared();
     return execute(kv_cache_, n);
   } catch (const std::exception& e) {
     // The other ranks may be inside this step's collectives: the group cannot go on.

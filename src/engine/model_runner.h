@@ -85,6 +85,9 @@ class ModelRunner {
   // prefill chunk scored, in order, the index of its sequence in run()'s seqs and the logprobs of
   // the prompt token after that row. A sequence's rows start at its prompt_logprobs.size().
   const std::vector<std::pair<int, StepLogprobs>>& last_prompt_logprobs() const { return prompt_logprobs_; }
+  // Seconds the last run() spent building its inputs on the host and copying them to the device
+  // (the rest of run() launches or runs the forward, samples and waits for the sampled ids).
+  double last_prepare_seconds() const { return prepare_seconds_; }
   int num_kv_blocks() const { return num_blocks_; }
   DType kv_cache_dtype() const { return kv_format_.dtype; }  // BF16 or F8E4M3
   size_t kv_block_bytes() const;  // bytes of one block over all layers, k and v
@@ -171,6 +174,7 @@ class ModelRunner {
   std::vector<int> prompt_row_seq_;
   std::vector<int32_t> prompt_row_target_, prompt_row_top_;
   std::vector<std::pair<int, StepLogprobs>> prompt_logprobs_;
+  double prepare_seconds_ = 0;
 };
 
 }  // namespace nanovllm

@@ -42,11 +42,11 @@ foreach(src ${NANOVLLM_EMU_TESTS})
   # structured outputs over Qwen3's whole vocabulary.
   set(heavy_cases "CudaFp8Kv.Qwen3ShapesNearBf16:TinyShapesMoe/CudaEngine.PrefixCache*:TinyShapesMoe/CudaEngine.Fp8*:CudaStructured.*")
   gtest_discover_tests(emu_${name} TEST_PREFIX "emu." TEST_FILTER "-${heavy_cases}"
-    PROPERTIES LABELS cuda_emu ENVIRONMENT "NANOVLLM_SOURCE_DIR=${CMAKE_CURRENT_SOURCE_DIR}\\;NANOVLLM_BINARY_DIR=${CMAKE_CURRENT_BINARY_DIR}"
+    PROPERTIES LABELS cuda_emu
     DISCOVERY_TIMEOUT 60)
   if(name STREQUAL "cuda_engine_test" OR name STREQUAL "cuda_structured_test")
     gtest_discover_tests(emu_${name} TEST_PREFIX "emu." TEST_FILTER "${heavy_cases}"
-      PROPERTIES LABELS heavy ENVIRONMENT "NANOVLLM_SOURCE_DIR=${CMAKE_CURRENT_SOURCE_DIR}\\;NANOVLLM_BINARY_DIR=${CMAKE_CURRENT_BINARY_DIR}"
+      PROPERTIES LABELS heavy
       DISCOVERY_TIMEOUT 60)
   endif()
 endforeach()

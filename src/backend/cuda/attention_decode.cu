@@ -1,10 +1,11 @@
 // Decode attention: split-K flash-decoding over the paged cache. A CTA serves one (sequence,
 // kv head, partition of kDecodePartitionKeys keys) for all the query heads of that kv head, so
 // each K/V row is read once per step. Inside the CTA, groups of D/8 lanes each take one key at a
-// time (16-byte loads, U keys in flight) with an fp32 online softmax; the groups merge in shared
-// memory. A sequence with one partition writes its output directly; longer ones write
-// (o, m, l) per partition and a second kernel merges them by log-sum-exp. The partitions of a
-// sequence depend only on its own context length, so its output never depends on the batch.
+// time (16-byte loads, U keys in flight) with an fp32 online softmax in log2 units, rescaled once
+// per chunk of U keys (one exp2 per key and head); the groups merge in shared memory. A sequence
+// with one partition writes its output directly; longer ones write (o, m, l) per partition and a
+// second kernel merges them by log-sum-exp. The partitions of a sequence depend only on its own
+// context length, so its output never depends on the batch.
 // An fp8 cache is read as 8-byte rows of codes converted in registers, with k_scale folded into
 // the score scale and v_scale into the output.
 #include <type_traits>
@@ -18,6 +19,12 @@ namespace nanovllm::cuda {
 namespace {
 
 constexpr int kP = kDecodePartitionKeys;
+constexpr float kLog2e = 1.4426950408889634f;
+
+// exp2(m_old - m_new) with m in log2 units; 0 for a state that saw no key (m_old = -inf).
+__device__ __forceinline__ float rescale_factor2(float m_old, float m_new) {
+  return m_old == -INFINITY ? 0.0f : exp2f(m_old - m_new);
+}
 
 __device__ __forceinline__ int seq_partitions(int ctx) {
   return ctx <= kP ? 1 : (ctx + kP - 1) / kP;
@@ -52,6 +59,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
     const int end = min(ctx, start + kP);
     const int sub = lane % LPK, grp = warp * KPW + lane / LPK;
 
+    // Scores are kept in log2 units (q pre-scaled by log2 e), so each exponential is one exp2.
     float qv[GT][8];
 #pragma unroll
     for (int g = 0; g < GT; ++g) {
@@ -60,7 +68,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
                              int64_t(kvh * G + g) * q.stride1 + sub * 8;
         load8(qp, qv[g]);
 #pragma unroll
-        for (int e = 0; e < 8; ++e) qv[g][e] *= scale;
+        for (int e = 0; e < 8; ++e) qv[g][e] *= scale * kLog2e;
       } else {
 #pragma unroll
         for (int e = 0; e < 8; ++e) qv[g][e] = 0.0f;
@@ -80,6 +88,10 @@ __global__ void __launch_bounds__(kDecodeThreads)
     const int64_t head_off = int64_t(kvh) * D + sub * 8;
     const C* k_cache = static_cast<const C*>(kv.k);
     const C* v_cache = static_cast<const C*>(kv.v);
+    // A partition inside one cache block (every partition when the block size is a multiple of
+    // kP, the default) reads its table entry once; otherwise each key looks up its block.
+    const bool one_block = start / kv.block_size == (end - 1) / kv.block_size;
+    const int64_t first_slot = key_slot(table, start, kv.block_size) - start;
     // The loop bound is uniform per warp (its first key), so the shuffles below see all lanes.
     for (int base = start + warp * KPW; base < end; base += NG * U) {
       typename Elem::Raw kr[U], vr[U];
@@ -87,7 +99,8 @@ __global__ void __launch_bounds__(kDecodeThreads)
       for (int u = 0; u < U; ++u) {
         const int j = base + lane / LPK + u * NG;
         if (j < end) {
-          const int64_t off = key_slot(table, j, kv.block_size) * row + head_off;
+          const int64_t slot = one_block ? first_slot + j : key_slot(table, j, kv.block_size);
+          const int64_t off = slot * row + head_off;
           kr[u] = Elem::load(k_cache + off);
           vr[u] = Elem::load(v_cache + off);
         } else {
@@ -95,27 +108,59 @@ __global__ void __launch_bounds__(kDecodeThreads)
           vr[u] = Elem::zero();
         }
       }
+      // The chunk's U scores per head, then one softmax rescale for the whole chunk.
+      float s[GT][U];
 #pragma unroll
       for (int u = 0; u < U; ++u) {
-        const bool valid = base + lane / LPK + u * NG < end;
-        float kf[8], vf[8];
+        float kf[8];
         Elem::unpack(kr[u], kf);
+#pragma unroll
+        for (int g = 0; g < GT; ++g) {
+          float d = 0.0f;
+#pragma unroll
+          for (int e = 0; e < 8; ++e) d += qv[g][e] * kf[e];
+          s[g][u] = d;
+        }
+      }
+#pragma unroll
+      for (int g = 0; g < GT; ++g)
+#pragma unroll
+        for (int u = 0; u < U; ++u) s[g][u] = group_sum<LPK>(s[g][u]);
+      bool valid[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) valid[u] = base + lane / LPK + u * NG < end;
+#pragma unroll
+      for (int g = 0; g < GT; ++g) {
+        float chunk_max = -INFINITY;
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+          if (valid[u]) chunk_max = fmaxf(chunk_max, s[g][u]);
+        if (g >= G) continue;
+        if (chunk_max == -INFINITY) {  // every key of this lane group lies past the end
+#pragma unroll
+          for (int u = 0; u < U; ++u) s[g][u] = 0.0f;
+          continue;
+        }
+        const float m_new = fmaxf(m[g], chunk_max);
+        const float c = exp2f(m[g] - m_new);  // 0 while m is -inf
+        l[g] *= c;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) acc[g][e] *= c;
+        m[g] = m_new;
+#pragma unroll
+        for (int u = 0; u < U; ++u) s[g][u] = valid[u] ? exp2f(s[g][u] - m_new) : 0.0f;
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        float vf[8];
         Elem::unpack(vr[u], vf);
 #pragma unroll
         for (int g = 0; g < GT; ++g) {
-          float s = 0.0f;
+          if (g >= G) continue;
+          const float p = s[g][u];
+          l[g] += p;
 #pragma unroll
-          for (int e = 0; e < 8; ++e) s += qv[g][e] * kf[e];
-          s = group_sum<LPK>(s);
-          if (valid && g < G) {
-            const float m_new = fmaxf(m[g], s);
-            const float c = rescale_factor(m[g], m_new);
-            const float p = expf(s - m_new);
-            l[g] = l[g] * c + p;
-#pragma unroll
-            for (int e = 0; e < 8; ++e) acc[g][e] = acc[g][e] * c + p * vf[e];
-            m[g] = m_new;
-          }
+          for (int e = 0; e < 8; ++e) acc[g][e] += p * vf[e];
         }
       }
     }
@@ -137,7 +182,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
       for (int i = 0; i < NG; ++i) M = fmaxf(M, sm_m[i][g]);
       float L = 0.0f, A = 0.0f;
       for (int i = 0; i < NG; ++i) {
-        const float w = rescale_factor(sm_m[i][g], M);
+        const float w = rescale_factor2(sm_m[i][g], M);
         L += w * sm_l[i][g];
         A += w * sm_acc[i][g][dim];
       }
@@ -148,7 +193,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
       } else {
         const int64_t slot = (int64_t(b) * hq + h) * num_partitions + part;
         partials[slot * D + dim] = o;
-        if (dim == 0) {
+        if (dim == 0) {  // (m in log2 units, l): decode_merge_kernel
           float* ml = partials + int64_t(gridDim.z) * hq * num_partitions * D;
           ml[2 * slot] = M;
           ml[2 * slot + 1] = L;
@@ -173,7 +218,7 @@ __global__ void decode_merge_kernel(uint16_t* out, int32_t hq, int32_t d,
   for (int p = 0; p < np; ++p) M = fmaxf(M, ml[2 * (base + p)]);
   float W = 0.0f, A = 0.0f;
   for (int p = 0; p < np; ++p) {
-    const float w = rescale_factor(ml[2 * (base + p)], M) * ml[2 * (base + p) + 1];
+    const float w = rescale_factor2(ml[2 * (base + p)], M) * ml[2 * (base + p) + 1];
     W += w;
     A += w * partials[(base + p) * d + dim];
   }
