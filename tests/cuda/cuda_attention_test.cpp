@@ -160,8 +160,11 @@ TEST_F(CudaAttention, Prefill) {
   };
   for (const auto& fp8 : kCaches) {
     SCOPED_TRACE(cache_name(fp8));
+    // Head dims up to 128 run on the tensor cores (GQA 1 to 8, 3 included: a CTA's 64 rows
+    // then hold 21 tokens and one idle row), 256 on the CUDA cores.
     for (Shape s : {Shape{4, 2, 32, 16}, Shape{4, 4, 16, 16}, Shape{16, 8, 128, 256},
-                    Shape{6, 2, 64, 16}, Shape{8, 1, 128, 32}}) {
+                    Shape{6, 2, 64, 16}, Shape{8, 1, 128, 32}, Shape{12, 4, 64, 16},
+                    Shape{8, 8, 256, 32}}) {
       auto c = make_case(s.hq, s.hkv, s.d, s.bs, {{1, 1}, {37, 37}, {5, 70}, {90, 200}, {3, 3}},
                          /*prefill=*/true, fp8);
       const float scale = 1.0f / std::sqrt(float(s.d));

@@ -166,6 +166,11 @@ TEST(CudaLaunch, TilesAndBuckets) {
   EXPECT_EQ(prefill_num_tiles(1, 2), 1);
   EXPECT_EQ(prefill_num_tiles(kPrefillRows / 2 + 1, 2), 2);
   EXPECT_EQ(prefill_num_tiles(100, 3), (100 + 9) / 10);  // 10 tokens x 3 heads per CTA
+  EXPECT_EQ(prefill_num_tiles(100, 3, kPrefillMmaRows), (100 + 20) / 21);  // 21 tokens x 3 heads
+  EXPECT_EQ(prefill_tokens_per_cta(8, kPrefillMmaRows), 8);
+  EXPECT_TRUE(prefill_uses_mma(128));
+  EXPECT_TRUE(prefill_uses_mma(16));
+  EXPECT_FALSE(prefill_uses_mma(256));
   EXPECT_EQ(gemv_m_tile(1), 1);
   EXPECT_EQ(gemv_m_tile(3), 4);
   EXPECT_EQ(gemv_m_tile(16), 16);

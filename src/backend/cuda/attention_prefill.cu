@@ -1,11 +1,12 @@
 // Prefill attention over the paged cache (varlen by cu_seqlens_q, prefix-cached keys included,
-// causal, GQA). A CTA takes kPrefillRows query rows, the (token, head) pairs of up to
-// kPrefillRows / G tokens of one sequence and the G query heads of one kv head, so a K/V tile in
-// shared memory serves all of them. Each warp owns 8 rows: per 64-key tile a lane scores keys
-// lane and lane + 32 for its 8 rows (register blocking over the rows), the warp updates each
-// row's fp32 online softmax, then each lane accumulates P @ V for the dims it owns. An fp8
-// cache's codes become bf16 (exactly) as a tile is loaded into shared memory; k_scale is folded
-// into the score scale and v_scale into the output.
+// causal, GQA) on the CUDA cores, for the head dims the tensor-core kernel does not take
+// (attention_prefill_mma.cu; prefill_uses_mma). A CTA takes kPrefillRows query rows, the (token,
+// head) pairs of up to kPrefillRows / G tokens of one sequence and the G query heads of one kv
+// head, so a K/V tile in shared memory serves all of them. Each warp owns 8 rows: per 64-key tile
+// a lane scores keys lane and lane + 32 for its 8 rows (register blocking over the rows), the
+// warp updates each row's fp32 online softmax, then each lane accumulates P @ V for the dims it
+// owns. An fp8 cache's codes become bf16 (exactly) as a tile is loaded into shared memory;
+// k_scale is folded into the score scale and v_scale into the output.
 #include <type_traits>
 
 #include "backend/cuda/common.cuh"
@@ -200,6 +201,11 @@ void launch_attention_prefill(uint16_t* out, Rows q, int32_t hq, PagedKV kv,
                               int32_t num_seqs, int32_t max_seqlen_q, float scale,
                               cudaStream_t stream) {
   if (num_seqs == 0 || max_seqlen_q == 0) return;
+  if (prefill_uses_mma(kv.d)) {
+    launch_attention_prefill_mma(out, q, hq, kv, cu_seqlens_q, context_lens, num_seqs,
+                                 max_seqlen_q, scale, stream);
+    return;
+  }
   const auto run = [&](auto d) {
     if (kv.fp8) {
       launch_d<decltype(d)::value, uint8_t>(out, q, hq, kv, cu_seqlens_q, context_lens, num_seqs,

@@ -96,6 +96,12 @@ void launch_attention_prefill(uint16_t* out, Rows q, int32_t hq, PagedKV kv,
                               const int32_t* cu_seqlens_q, const int32_t* context_lens,
                               int32_t num_seqs, int32_t max_seqlen_q, float scale,
                               cudaStream_t stream);
+// attention_prefill_mma.cu: the same on the tensor cores, for prefill_uses_mma(d) head dims
+// (launch_attention_prefill calls it).
+void launch_attention_prefill_mma(uint16_t* out, Rows q, int32_t hq, PagedKV kv,
+                                  const int32_t* cu_seqlens_q, const int32_t* context_lens,
+                                  int32_t num_seqs, int32_t max_seqlen_q, float scale,
+                                  cudaStream_t stream);
 
 // attention_decode.cu: out [B, hq, d] contiguous; q [B, hq, d] (Rows, inner = hq).
 // num_partitions: the most any sequence may use (the block table's width); grid_partitions:

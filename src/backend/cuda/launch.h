@@ -50,14 +50,17 @@ inline bool attention_head_dim_supported(int64_t d) {
 }
 
 // Prefill attention: a CTA takes kPrefillRows query rows (tokens x the heads of one kv head) and
-// walks the keys in tiles of kPrefillKeys.
+// walks the keys in tiles of kPrefillKeys; on the tensor cores (head dims up to 128,
+// attention_prefill_mma.cu) kPrefillMmaRows rows, 16 per warp.
 inline constexpr int kPrefillRows = 32;
+inline constexpr int kPrefillMmaRows = 64;
 inline constexpr int kPrefillKeys = 64;
 inline constexpr int kPrefillThreads = 128;
-// Query tokens per CTA for a GQA group of `group` heads (group <= kPrefillRows).
-inline int prefill_tokens_per_cta(int group) { return kPrefillRows / group; }
-inline int prefill_num_tiles(int max_seqlen_q, int group) {
-  const int t = prefill_tokens_per_cta(group);
+inline bool prefill_uses_mma(int64_t d) { return d <= 128; }
+// Query tokens per CTA of `rows` rows for a GQA group of `group` heads (group <= rows).
+inline int prefill_tokens_per_cta(int group, int rows = kPrefillRows) { return rows / group; }
+inline int prefill_num_tiles(int max_seqlen_q, int group, int rows = kPrefillRows) {
+  const int t = prefill_tokens_per_cta(group, rows);
   return (max_seqlen_q + t - 1) / t;
 }
 
