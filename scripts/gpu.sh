@@ -20,8 +20,9 @@
 #   latency  one request beside nano-vllm (peers/latency_nanovllm.py): decode ms/token at batch 1
 #          against the weights' bound at the copy bandwidth, and the time to first token of a
 #          1,024-token prompt
-#   profile  the top kernels of a 64-sequence bench by GPU time: nsys where installed, else
-#          Nsight Compute over a window of decode launches (time, DRAM GB/s, SM % per kernel)
+#   profile  the top kernels of the bench workload by GPU time: nsys where installed, else
+#          Nsight Compute over two decode steps (NANOVLLM_PROFILE_STEPS, default 400:401; time,
+#          DRAM GB/s, SM % per kernel)
 #   hf     transformers' continuous batching on the same workload (slow: about 4 minutes)
 #   table  the results so far, one table (printed last by every run)
 # Each phase fits the device tool's 10-minute limit. Logs and JSON go to .gpu/out; when $OUT is
@@ -222,12 +223,13 @@ print('; '.join(f'{r[-1][:40]} {float(r[0]):.1f}%' for r in rows[:6]))")"
     return
   fi
   [ -n "$ncu" ] || { note profile FAIL "neither nsys nor ncu found"; return; }
-  # Nsight Compute: each kernel of a window of launches mid-decode (past the warm-up, the graph
-  # capture and the prefills of a 64-sequence bench), timed alone with its DRAM traffic.
-  timeout 400 "$ncu" --clock-control none --cache-control none --launch-skip "${NANOVLLM_PROFILE_SKIP:-40000}" \
-    --launch-count "${NANOVLLM_PROFILE_COUNT:-1200}" --csv \
+  # Nsight Compute: every kernel of two decode steps of the bench workload (256 sequences, CUDA
+  # graphs; steps NANOVLLM_PROFILE_STEPS, the engine's profiler window, mid-run), each timed alone
+  # with its DRAM traffic. Kernels outside the window run unprofiled.
+  NANOVLLM_PROFILE_STEPS=${NANOVLLM_PROFILE_STEPS:-400:401} timeout 400 "$ncu" --profile-from-start off \
+    --clock-control none --cache-control none --csv \
     --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,sm__throughput.avg.pct_of_peak_sustained_elapsed \
-    "$bin" bench --model "$model" --device cuda --num-seqs 64 --no-roofline > "$out/ncu.csv" 2> "$out/profile.log"
+    "$bin" bench --model "$model" --device cuda --no-roofline > "$out/ncu.csv" 2> "$out/profile.log"
   if python3 - "$out/ncu.csv" > "$out/kernels.txt" 2>> "$out/profile.log" << 'PY'
 import csv, sys, collections
 rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]

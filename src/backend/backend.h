@@ -77,6 +77,10 @@ class Backend {
   virtual void copy(Tensor dst, Tensor src) = 0;            // same shape/dtype; last dim contiguous
   virtual void fill_zero(Tensor dst) = 0;                   // dst contiguous
   virtual void synchronize() = 0;
+  // Opens (true) or closes the window an attached profiler records, the device's work before it
+  // finished first (CUDA: cudaProfilerStart / Stop, for `ncu --profile-from-start off`); nothing
+  // elsewhere.
+  virtual void profile_window(bool /*open*/) {}
 
   // ---- weights ----
   // w: [N, K] bf16 row-major, on the host. Returns it in the backend's GEMM layout.

@@ -3,7 +3,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+#include <tuple>
+#include <utility>
 
 #include "distributed/nccl_communicator.h"
 #include "model/tp_shard.h"
@@ -23,6 +27,19 @@ const char* finish_reason_name(FinishReason r) {
 }
 
 namespace {
+
+// NANOVLLM_PROFILE_STEPS=FIRST:LAST: the steps (counted from 1 since the engine was made) an
+// attached profiler records (Backend::profile_window); unset: none.
+std::pair<int64_t, int64_t> profile_steps_from_env() {
+  const char* env = std::getenv("NANOVLLM_PROFILE_STEPS");
+  if (!env || !*env) return {-1, -1};
+  long long first = 0, last = 0;
+  char tail = 0;
+  if (std::sscanf(env, "%lld:%lld%c", &first, &last, &tail) != 2 || first < 1 || last < first)
+    fail("NANOVLLM_PROFILE_STEPS must be FIRST:LAST step numbers (1 <= FIRST <= LAST), got '{}'",
+         env);
+  return {first, last};
+}
 
 void validate_config(const Config& c) {
   if (c.max_num_batched_tokens < 1) fail("max_num_batched_tokens must be >= 1, got {}", c.max_num_batched_tokens);
@@ -54,6 +71,7 @@ LLMEngine::LLMEngine(const Config& config, std::unique_ptr<Backend> backend,
                      const RunnerOptions& runner_options)
     : config_(config) {
   validate_config(config_);
+  std::tie(profile_first_step_, profile_last_step_) = profile_steps_from_env();
   model_config_ = load_model_config(config_.model);
   generation_config_ = load_generation_config(config_.model);
   config_.max_model_len = std::min(config_.max_model_len, model_config_.max_position_embeddings);
@@ -131,6 +149,7 @@ StepResult LLMEngine::step() {
   const auto seconds = [](Clock::time_point a, Clock::time_point b) {
     return std::chrono::duration<double>(b - a).count();
   };
+  if (step_times_.steps + 1 == profile_first_step_) backend_->profile_window(true);
   const Clock::time_point t0 = Clock::now();
   StepResult result;
   auto [seqs, is_prefill] = scheduler_->schedule();
@@ -173,6 +192,7 @@ StepResult LLMEngine::step() {
   result.finished = scheduler_->take_finished();
   after_step(seqs, result);  // logprobs, n > 1 siblings (llm_engine_sampling.cpp)
   step_times_.postprocess_s += seconds(t1, Clock::now()) - run_s;
+  if (step_times_.steps == profile_last_step_) backend_->profile_window(false);
   return result;
 }
 

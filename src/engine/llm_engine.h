@@ -105,6 +105,7 @@ class LLMEngine {
 
   Config config_;
   StepTimes step_times_;
+  int64_t profile_first_step_ = -1, profile_last_step_ = -1;  // NANOVLLM_PROFILE_STEPS
   ModelConfig model_config_;
   GenerationConfig generation_config_;
   std::vector<int> eos_token_ids_;

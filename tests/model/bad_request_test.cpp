@@ -3,10 +3,12 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 
 #include "engine/llm_engine.h"
 #include "model/model_fixture.h"
+#include "model/wrapped_backend.h"
 
 namespace nanovllm {
 namespace {
@@ -98,6 +100,47 @@ TEST(BadConfig, ClearErrors) {
   config = test::tiny_config(model);
   config.device = "tpu";
   EXPECT_THROW(LLMEngine{config}, Error);
+}
+
+// NANOVLLM_PROFILE_STEPS opens the backend's profiler window before step FIRST and closes it
+// after step LAST, with the forward's ops of those steps inside; a malformed value is a clear
+// error at construction.
+TEST(BadConfig, ProfileStepsWindow) {
+  std::string model = test::tiny_model("tiny");
+  Config config = test::tiny_config(model);
+  for (const char* bad : {"5", "3:2", "0:1", "1:2x", "a:b"}) {
+    setenv("NANOVLLM_PROFILE_STEPS", bad, 1);
+    try {
+      LLMEngine engine(config);
+      ADD_FAILURE() << "NANOVLLM_PROFILE_STEPS=" << bad << " accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("NANOVLLM_PROFILE_STEPS"), std::string::npos) << e.what();
+    }
+  }
+  setenv("NANOVLLM_PROFILE_STEPS", "2:3", 1);
+  auto backend = std::make_unique<test::WrappedBackend>();
+  auto* wrapped = backend.get();
+  int ops_in_window = 0;
+  wrapped->before_op = [&](const std::string&, int64_t) {
+    ops_in_window += !wrapped->profile_windows.empty() && wrapped->profile_windows.back();
+  };
+  LLMEngine engine(config, std::move(backend));
+  unsetenv("NANOVLLM_PROFILE_STEPS");
+  SamplingParams sp;
+  sp.max_tokens = 6;
+  sp.ignore_eos = true;
+  engine.add_request({1, 2, 3}, sp);
+  for (int step = 1; step <= 5; ++step) {
+    engine.step();
+    if (step == 1) {
+      EXPECT_TRUE(wrapped->profile_windows.empty());
+    }
+    if (step == 2) {
+      EXPECT_EQ(wrapped->profile_windows, std::vector<bool>{true});
+    }
+  }
+  EXPECT_EQ(wrapped->profile_windows, (std::vector<bool>{true, false}));
+  EXPECT_GT(ops_in_window, 0) << "no op ran inside the window";
 }
 
 }  // namespace

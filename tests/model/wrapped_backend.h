@@ -7,6 +7,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "backend/backend.h"
 
@@ -32,6 +33,8 @@ class WrappedBackend : public Backend {
   void copy(Tensor dst, Tensor src) override { inner_->copy(dst, src); }
   void fill_zero(Tensor dst) override { inner_->fill_zero(dst); }
   void synchronize() override { inner_->synchronize(); }
+  std::vector<bool> profile_windows;  // profile_window's arguments, in order
+  void profile_window(bool open) override { profile_windows.push_back(open); }
   LinearWeight make_linear_weight(Tensor w_host) override { return inner_->make_linear_weight(w_host); }
 
   void embedding(Tensor out, Tensor ids, const LinearWeight& table) override {

@@ -2,6 +2,7 @@
 // launcher (kernels.h). See cuda_backend.h.
 #include "backend/cuda/cuda_backend.h"
 
+#include <cuda_profiler_api.h>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -281,6 +282,11 @@ void CudaBackend::fill_zero(Tensor dst) {
 void CudaBackend::synchronize() {
   use_device();
   NV_CUDA_CHECK("synchronize", cudaStreamSynchronize(stream_));
+}
+
+void CudaBackend::profile_window(bool open) {
+  synchronize();
+  NV_CUDA_CHECK("profile_window", open ? cudaProfilerStart() : cudaProfilerStop());
 }
 
 DeviceMemory CudaBackend::memory_info() const {

@@ -44,6 +44,7 @@ class CudaBackend : public Backend {
   void copy(Tensor dst, Tensor src) override;
   void fill_zero(Tensor dst) override;
   void synchronize() override;
+  void profile_window(bool open) override;
 
   LinearWeight make_linear_weight(Tensor w_host) override;
   // int8 (per row or grouped) and int4 weights, repacked into quant_linear.h's layout; linear()
