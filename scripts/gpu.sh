@@ -9,6 +9,8 @@
 #   test   ctest -L cuda (ops, attention, engine, CPU math)
 #   sanitize  compute-sanitizer memcheck on the op tests
 #   kernels  bench_cuda: copy bandwidth, decode/prefill attention and linear figures
+#   ab     .gpu/base (gpu_prepare.sh with NANOVLLM_GPU_BASE=<commit>) built beside: bench_cuda
+#          of both and the bench workload interleaved (after bench, which makes the model)
 #   bench  probe.py (copy bandwidth, bf16 GEMM rate, measured now), a qwen3-0.6b model (with
 #          the Qwen3 tokenizer files when .gpu/tokenizer has them), `nanovllm bench --device
 #          cuda` with graphs, with --enforce-eager and with --kv-cache-dtype fp8, and greedy
@@ -194,6 +196,50 @@ PY
   fi
 }
 
+# The same machine, two trees: .gpu/base (NANOVLLM_GPU_BASE=<commit> scripts/gpu_prepare.sh) built
+# beside build/gpu; bench_cuda of each, then the bench workload (bf16 KV), base and new
+# interleaved, 2 rounds. A change's effect measured without another machine's noise.
+phase_ab() {
+  [ -f .gpu/base/CMakeLists.txt ] ||
+    { note ab FAIL "no .gpu/base: run NANOVLLM_GPU_BASE=<commit> scripts/gpu_prepare.sh here"; return; }
+  [ -f "$model/config.json" ] || { note ab FAIL "no model: run the bench phase first"; return; }
+  local arch t0=$SECONDS
+  arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d '. ')
+  [ "$arch" = 90 ] && arch=90a
+  if ! (cd .gpu/base && cmake -S . -B b -G Ninja -DCMAKE_BUILD_TYPE=Release -DNANOVLLM_CUDA=ON \
+      -DCMAKE_CUDA_ARCHITECTURES="$arch" -DNANOVLLM_BENCH=ON -DNANOVLLM_PYTHON=OFF -DNANOVLLM_TESTS=OFF &&
+      cmake --build b -j "$(nproc)" --target nanovllm_cli bench_cuda) > "$out/ab_base_build.log" 2>&1; then
+    note ab FAIL "base build: see ab_base_build.log"; return
+  fi
+  local base=.gpu/base/b label
+  label="base $(cat .gpu/base/COMMIT 2> /dev/null)"
+  build/gpu/bench_cuda > "$out/ab_bench_cuda_new.txt" 2>&1
+  "$base/bench_cuda" > "$out/ab_bench_cuda_base.txt" 2>&1
+  note "ab kernels" ok "$label built in $((SECONDS - t0)) s; $(python3 - "$out/ab_bench_cuda_base.txt" "$out/ab_bench_cuda_new.txt" << 'PY'
+import re, sys
+def rows(path):
+    out = {}
+    for line in open(path):
+        m = re.match(r"(attention_\w+ .*?|linear M=\d+ \S+ \S+ \S+):\s+([\d.]+) us", line.strip())
+        if m: out[m.group(1)] = float(m.group(2))
+    return out
+b, n = rows(sys.argv[1]), rows(sys.argv[2])
+print("; ".join(f"{k} {b[k]:.1f} -> {n[k]:.1f} us" for k in n if k in b))
+PY
+)"
+  local i
+  : > "$out/ab_runs.tsv"
+  for i in 1 2; do
+    timeout 120 "$base/nanovllm" bench --model "$model" --device cuda --no-roofline \
+      > "$out/ab_base_$i.json" 2> "$out/ab_base_$i.log" &&
+      printf 'base\t%s\n' "$(json_field output_tok_per_s < "$out/ab_base_$i.json")" >> "$out/ab_runs.tsv"
+    timeout 120 "$bin" bench --model "$model" --device cuda --no-roofline \
+      > "$out/ab_new_$i.json" 2> "$out/ab_new_$i.log" &&
+      printf 'new\t%s\n' "$(json_field output_tok_per_s < "$out/ab_new_$i.json")" >> "$out/ab_runs.tsv"
+  done
+  note "ab bench" ok "output tok/s: $(awk -F'\t' '{a[$1] = a[$1] (a[$1] ? "/" : "") int($2)} END {print "base " a["base"] "; new " a["new"]}' "$out/ab_runs.tsv")"
+}
+
 phase_kernels() {
   if build/gpu/bench_cuda > "$out/bench_cuda.txt" 2>&1; then
     note kernels ok "see bench_cuda.txt"
@@ -359,13 +405,14 @@ for p in "${phases[@]}"; do
     test) phase_test ;;
     sanitize) phase_sanitize ;;
     kernels) phase_kernels ;;
+    ab) phase_ab ;;
     bench) phase_bench ;;
     peer) phase_peer ;;
     latency) phase_latency ;;
     profile) phase_profile ;;
     hf) phase_hf ;;
     table) ;;
-    *) echo "gpu.sh: unknown phase '$p' (build test sanitize kernels bench peer latency profile hf table)" >&2; exit 2 ;;
+    *) echo "gpu.sh: unknown phase '$p' (build test sanitize kernels ab bench peer latency profile hf table)" >&2; exit 2 ;;
   esac
   # The logs so far go to $OUT after each phase, so a run stopped at the tool's limit keeps them.
   [ -n "${OUT:-}" ] && tar czf "$OUT/gpu_logs.tgz" -C .gpu out

@@ -3,7 +3,7 @@
 # machine, which has no package registry: the Debian build dependencies as .deb files and the
 # shared GPU kit (use-debs.sh, probe.py, hf_compare.py, peers/). Then carry `.gpu` to the GPU
 # machine (the run tool's carry: [".gpu", ...]) and run scripts/gpu.sh there.
-# usage: scripts/gpu_prepare.sh [EXTRA_DEBIAN_PACKAGE...]
+# usage: [NANOVLLM_GPU_BASE=<commit>] scripts/gpu_prepare.sh [EXTRA_DEBIAN_PACKAGE...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 kit=${NANOVLLM_GPU_KIT:-../shared/gpu}
@@ -36,5 +36,15 @@ if git --git-dir="$peer_git" rev-parse -q --verify HEAD > /dev/null 2>&1; then
   echo "gpu_prepare: nano-vllm $(git --git-dir="$peer_git" rev-parse --short HEAD) in .gpu/nano-vllm"
 else
   echo "gpu_prepare: no nano-vllm git directory at $peer_git (set NANOVLLM_PEER_GIT); the peer phase will fail" >&2
+fi
+# A base tree for gpu.sh's ab phase: NANOVLLM_GPU_BASE=<commit> (sources only: what the CLI and
+# bench_cuda build from).
+rm -rf .gpu/base
+if [ -n "${NANOVLLM_GPU_BASE:-}" ]; then
+  mkdir -p .gpu/base
+  git archive "$NANOVLLM_GPU_BASE" | tar -x -C .gpu/base
+  rm -rf .gpu/base/models .gpu/base/docs .gpu/base/training .gpu/base/python .gpu/base/tests/fuzz
+  git rev-parse --short "$NANOVLLM_GPU_BASE" > .gpu/base/COMMIT
+  echo "gpu_prepare: base tree $(cat .gpu/base/COMMIT) in .gpu/base ($(du -sh .gpu/base | cut -f1))"
 fi
 echo "gpu_prepare: .gpu ready ($(du -sh .gpu | cut -f1)); carry .gpu and run scripts/gpu.sh there"
