@@ -229,6 +229,11 @@ void CpuBackend::vocab_parallel_embedding(Tensor out, Tensor ids, const LinearWe
 
 // out = x @ w.T (+ bias)  (F.linear(x, w, bias))
 void CpuBackend::linear(Tensor out, Tensor x, const LinearWeight& w, const Tensor* bias) {
+  linear_on(pool_, gemm_scratch_, out, x, w, bias);
+}
+
+void CpuBackend::linear_on(ThreadPool& pool, GemmScratch& scratch, Tensor out, Tensor x,
+                           const LinearWeight& w, const Tensor* bias) {
   check_rows(out, DType::F32, "linear out");
   check_rows(x, DType::F32, "linear x");
   NV_CHECK(x.shape[0] == out.shape[0] && x.shape[1] == w.k && out.shape[1] == w.n,
@@ -243,15 +248,15 @@ void CpuBackend::linear(Tensor out, Tensor x, const LinearWeight& w, const Tenso
   if (w.quant.enabled()) {
     const QuantLayout layout = quant_layout(w.quant, w.n, w.k);
     qgemm({out.ptr<float>(), out.stride[0], x.ptr<const float>(), x.stride[0], w.data.data,
-           &layout, bias_ptr, x.shape[0], &gemm_scratch_},
-          pool_);
+           &layout, bias_ptr, x.shape[0], &scratch},
+          pool);
     return;
   }
   GemmArgs args{out.ptr<float>(), out.stride[0], x.ptr<const float>(),
                 x.stride[0],      w.data.data,   bias_ptr,
                 x.shape[0],       w.n,           w.k};
-  args.scratch = &gemm_scratch_;
-  gemm(args, pool_, gemm_isa_);
+  args.scratch = &scratch;
+  gemm(args, pool, gemm_isa_);
 }
 
 // out = x[indices]  (x.index_select(0, indices))

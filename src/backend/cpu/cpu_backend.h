@@ -14,6 +14,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "backend/backend.h"
 #include "backend/cpu/gemm.h"
@@ -78,11 +79,22 @@ class CpuBackend : public Backend {
   // inline on the caller.
   void parallel_rows(int64_t n, int64_t cost_per_item,
                      const std::function<void(int64_t, int64_t)>& fn);
+  // linear on `pool` with its own packing scratch (fused_moe runs one per thread, one expert each).
+  void linear_on(ThreadPool& pool, GemmScratch& scratch, Tensor out, Tensor x, const LinearWeight& w,
+                 const Tensor* bias);
+  // silu_and_mul's rows [begin, end) on the calling thread (activation.cpp).
+  static void silu_and_mul_rows(Tensor out, Tensor x, int64_t begin, int64_t end);
+  // A single-thread pool and scratch for each of pool_'s threads: fused_moe's expert-parallel path.
+  struct ExpertLane {
+    ThreadPool pool{1};
+    GemmScratch scratch;
+  };
 
   ThreadPool pool_;
   GemmIsa gemm_isa_;
   GemmScratch gemm_scratch_;  // the GEMMs' packed x, grown to the largest step's
   Buffer moe_scratch_;        // fused_moe's gathered rows and expert activations, grown as needed
+  std::vector<std::unique_ptr<ExpertLane>> expert_lanes_;  // made on fused_moe's first use
   bool decode_avx512_;
   bool prefill_bf16_;
 };
