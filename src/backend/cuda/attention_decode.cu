@@ -8,8 +8,6 @@
 // context length, so its output never depends on the batch.
 // An fp8 cache is read as 8-byte rows of codes converted in registers, with k_scale folded into
 // the score scale and v_scale into the output.
-#include <type_traits>
-
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.h"
@@ -19,7 +17,6 @@ namespace nanovllm::cuda {
 namespace {
 
 constexpr int kP = kDecodePartitionKeys;
-constexpr float kLog2e = 1.4426950408889634f;
 
 // exp2(m_old - m_new) with m in log2 units; 0 for a state that saw no key (m_old = -inf).
 __device__ __forceinline__ float rescale_factor2(float m_old, float m_new) {
@@ -277,23 +274,7 @@ void launch_attention_decode(uint16_t* out, Rows q, int32_t hq, PagedKV kv,
                                              grid_partitions, scale, partials, stream);
     }
   };
-  switch (kv.d) {  // attention_head_dim_supported (launch.h)
-    case 16:
-      run(std::integral_constant<int, 16>{});
-      break;
-    case 32:
-      run(std::integral_constant<int, 32>{});
-      break;
-    case 64:
-      run(std::integral_constant<int, 64>{});
-      break;
-    case 128:
-      run(std::integral_constant<int, 128>{});
-      break;
-    default:
-      run(std::integral_constant<int, 256>{});
-      break;
-  }
+  with_head_dim<256>(kv.d, run);
 }
 
 }  // namespace nanovllm::cuda

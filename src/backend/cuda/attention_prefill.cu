@@ -7,8 +7,6 @@
 // warp updates each row's fp32 online softmax, then each lane accumulates P @ V for the dims it
 // owns. An fp8 cache's codes become bf16 (exactly) as a tile is loaded into shared memory;
 // k_scale is folded into the score scale and v_scale into the output.
-#include <type_traits>
-
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.h"
@@ -28,18 +26,6 @@ struct PrefillSmem {
   uint16_t k[kPrefillKeys][kKStride];
   uint16_t v[kPrefillKeys][D];
 };
-
-// 8 cache elements as 8 bf16 (16 bytes): bf16 as they are, E4M3 codes converted exactly.
-__device__ __forceinline__ uint4 tile_bits(uint4 raw) { return raw; }
-__device__ __forceinline__ uint4 tile_bits(uint2 raw) {
-  float f[8];
-  unpack8_fp8(raw, f);
-  uint32_t w[4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i)
-    w[i] = (f32_bits(f[2 * i]) >> 16) | (f32_bits(f[2 * i + 1]) & 0xffff0000u);
-  return make_uint4(w[0], w[1], w[2], w[3]);
-}
 
 // scale: the score scale times k_scale; out_scale: v_scale (1 for a bf16 cache).
 template <int D, typename C>
@@ -101,8 +87,8 @@ __global__ void __launch_bounds__(kPrefillThreads)
       uint4 kr = make_uint4(0, 0, 0, 0), vr = make_uint4(0, 0, 0, 0);
       if (j <= kmax && j < ctx) {
         const int64_t off = key_slot(table, j, kv.block_size) * row + int64_t(kvh) * D + c;
-        kr = tile_bits(Elem::load(k_cache + off));
-        vr = tile_bits(Elem::load(v_cache + off));
+        kr = kv_as_bf16x8(Elem::load(k_cache + off));
+        vr = kv_as_bf16x8(Elem::load(v_cache + off));
       }
       uint32_t* kd = reinterpret_cast<uint32_t*>(&sm.k[kk][c]);
       kd[0] = kr.x;
@@ -215,23 +201,7 @@ void launch_attention_prefill(uint16_t* out, Rows q, int32_t hq, PagedKV kv,
                                              max_seqlen_q, scale, stream);
     }
   };
-  switch (kv.d) {  // attention_head_dim_supported (launch.h)
-    case 16:
-      run(std::integral_constant<int, 16>{});
-      break;
-    case 32:
-      run(std::integral_constant<int, 32>{});
-      break;
-    case 64:
-      run(std::integral_constant<int, 64>{});
-      break;
-    case 128:
-      run(std::integral_constant<int, 128>{});
-      break;
-    default:
-      run(std::integral_constant<int, 256>{});
-      break;
-  }
+  with_head_dim<256>(kv.d, run);
 }
 
 }  // namespace nanovllm::cuda

@@ -9,8 +9,6 @@
 // row. An fp8 cache's codes become bf16
 // (exactly) as a tile is loaded; k_scale is folded into the score scale and v_scale into the
 // output.
-#include <type_traits>
-
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.h"
@@ -22,7 +20,6 @@ namespace {
 
 constexpr int kRows = kPrefillMmaRows;
 constexpr int kKeys = kPrefillKeys;
-constexpr float kLog2e = 1.4426950408889634f;
 static_assert(kRows == 16 * (kPrefillThreads / 32), "16 rows per warp");
 static_assert(kKeys % 16 == 0, "keys in blocks of 16");
 
@@ -34,17 +31,6 @@ struct MmaSmem {
   uint16_t k[kKeys][kStride];
   uint16_t v[kKeys][kStride];
 };
-
-// 8 cache elements as 8 bf16 (16 bytes): bf16 as they are, E4M3 codes converted exactly.
-__device__ __forceinline__ uint4 as_bf16x8(uint4 raw) { return raw; }
-__device__ __forceinline__ uint4 as_bf16x8(uint2 raw) {
-  float f[8];
-  unpack8_fp8(raw, f);
-  uint32_t w[4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) w[i] = pack_bf16x2(f[2 * i], f[2 * i + 1]);
-  return make_uint4(w[0], w[1], w[2], w[3]);
-}
 
 __device__ __forceinline__ uint32_t ld_u32(const uint16_t* p) {
   return *reinterpret_cast<const uint32_t*>(p);
@@ -125,8 +111,8 @@ __global__ void __launch_bounds__(kPrefillThreads)
       uint4 kr = make_uint4(0, 0, 0, 0), vr = make_uint4(0, 0, 0, 0);
       if (j <= kmax && j < ctx) {
         const int64_t off = key_slot(table, j, kv.block_size) * row + int64_t(kvh) * D + c;
-        kr = as_bf16x8(Elem::load(k_cache + off));
-        vr = as_bf16x8(Elem::load(v_cache + off));
+        kr = kv_as_bf16x8(Elem::load(k_cache + off));
+        vr = kv_as_bf16x8(Elem::load(v_cache + off));
       }
       *reinterpret_cast<uint4*>(&sm.k[kk][c]) = kr;
       *reinterpret_cast<uint4*>(&sm.v[kk][c]) = vr;
@@ -260,20 +246,7 @@ void launch_attention_prefill_mma(uint16_t* out, Rows q, int32_t hq, PagedKV kv,
                                              max_seqlen_q, scale, stream);
     }
   };
-  switch (kv.d) {  // prefill_uses_mma (launch.h)
-    case 16:
-      run(std::integral_constant<int, 16>{});
-      break;
-    case 32:
-      run(std::integral_constant<int, 32>{});
-      break;
-    case 64:
-      run(std::integral_constant<int, 64>{});
-      break;
-    default:
-      run(std::integral_constant<int, 128>{});
-      break;
-  }
+  with_head_dim<128>(kv.d, run);
 }
 
 }  // namespace nanovllm::cuda

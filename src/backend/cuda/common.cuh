@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/device_math.h"
@@ -154,6 +155,43 @@ __device__ __forceinline__ float row_sum_squares(const uint16_t* x, int64_t d, b
     }
   }
   return ss;
+}
+
+inline constexpr float kLog2e = 1.4426950408889634f;  // scores in log2 units: exp2 for exp
+
+// 8 cache elements as 8 bf16 (16 bytes): bf16 as they are, E4M3 codes converted exactly (every
+// E4M3 value is a bf16, so dropping the low half of its f32 is exact).
+__device__ __forceinline__ uint4 kv_as_bf16x8(uint4 raw) { return raw; }
+__device__ __forceinline__ uint4 kv_as_bf16x8(uint2 raw) {
+  float f[8];
+  unpack8_fp8(raw, f);
+  uint32_t w[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+    w[i] = (f32_bits(f[2 * i]) >> 16) | (f32_bits(f[2 * i + 1]) & 0xffff0000u);
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+// The attention launchers' dispatch on the head dim (attention_head_dim_supported, launch.h):
+// f(std::integral_constant<int, D>{}) for d = 16, 32, 64, 128, and MaxD for any other d (the
+// callers' checks admit only those).
+template <int MaxD, typename F>
+void with_head_dim(int64_t d, F&& f) {
+  switch (d) {
+    case 16:
+      f(std::integral_constant<int, 16>{});
+      return;
+    case 32:
+      f(std::integral_constant<int, 32>{});
+      return;
+    case 64:
+      f(std::integral_constant<int, 64>{});
+      return;
+    case 128:
+      f(std::integral_constant<int, 128>{});
+      return;
+  }
+  f(std::integral_constant<int, MaxD>{});
 }
 
 }  // namespace nanovllm::cuda
