@@ -13,6 +13,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/host_memory.h"
 #include "runtime/forward_batch.h"
 #include "reference/ops_reference.h"
 
@@ -20,6 +21,31 @@ namespace nanovllm {
 namespace {
 
 using ref::Vec;
+
+// Backend buffers: 64-byte aligned at every size; from 2 MiB up on a 2 MiB boundary (where
+// huge pages can back them) and zeroed, every byte writable, freed without a trace (ASan).
+TEST(HostMemory, AlignedWritableAndFreed) {
+  for (size_t bytes : {size_t(0), size_t(1), size_t(63), size_t(4097), (size_t(2) << 20) - 1,
+                       size_t(2) << 20, (size_t(6) << 20) + 12345}) {
+    auto* p = static_cast<unsigned char*>(cpu::host_alloc(bytes));
+    ASSERT_NE(p, nullptr) << bytes;
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % 64, 0u) << bytes;
+    if (bytes >= (size_t(2) << 20)) {
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % (size_t(2) << 20), 0u) << bytes;
+      EXPECT_EQ(p[0], 0) << bytes;
+      EXPECT_EQ(p[bytes - 1], 0) << bytes;
+    }
+    if (bytes) {
+      std::memset(p, 0xab, bytes);
+      EXPECT_EQ(p[bytes - 1], 0xab);
+    }
+    cpu::host_free(p, bytes);
+  }
+  cpu::CpuBackend be(1);
+  Buffer b = be.alloc(size_t(3) << 20);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(b.data()) % (size_t(2) << 20), 0u);
+  std::memset(b.data(), 1, b.bytes());
+}
 
 Vec random_vec(std::mt19937& rng, size_t n, float lo = -1.0f, float hi = 1.0f) {
   std::uniform_real_distribution<float> dist(lo, hi);

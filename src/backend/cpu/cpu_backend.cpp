@@ -3,6 +3,7 @@
 // activation.cpp, kv_cache.cpp, attention_prefill.cpp, attention_decode.cpp, sampler.cpp.
 #include "backend/cpu/cpu_backend.h"
 
+#include "backend/cpu/host_memory.h"
 #include "backend/cpu/qgemm.h"
 
 #include <fmt/format.h>
@@ -94,11 +95,7 @@ void CpuBackend::parallel_rows(int64_t n, int64_t cost_per_item,
 // ---- memory ----
 
 Buffer CpuBackend::alloc(size_t bytes) {
-  size_t rounded = (bytes + 63) / 64 * 64;
-  if (rounded == 0) rounded = 64;
-  void* p = std::aligned_alloc(64, rounded);
-  if (!p) fail("cpu backend: out of memory allocating {} bytes", bytes);
-  return Buffer(p, bytes, DeviceKind::CPU, [](void* q) { std::free(q); });
+  return Buffer(host_alloc(bytes), bytes, DeviceKind::CPU, [bytes](void* q) { host_free(q, bytes); });
 }
 
 void CpuBackend::upload(Tensor dst, const void* host) {

@@ -1,5 +1,7 @@
 #include "backend/cpu/roofline.h"
 
+#include "backend/cpu/host_memory.h"
+
 #include <immintrin.h>
 
 #include <algorithm>
@@ -9,7 +11,6 @@
 #include <cstdio>
 #include <fstream>
 #include <memory>
-#include <new>
 #include <string>
 #include <vector>
 
@@ -93,9 +94,11 @@ Ceiling summarize(std::vector<double> runs, std::string how) {
 Ceiling measure_read_bandwidth(ThreadPool& pool) {
   constexpr size_t kBytes = size_t(256) << 20;
   struct Free {
-    void operator()(void* p) const { ::operator delete(p, std::align_val_t(64)); }
+    void operator()(void* p) const { host_free(p, kBytes); }
   };
-  std::unique_ptr<void, Free> buf(::operator new(kBytes, std::align_val_t(64)));
+  // Memory as the backend's buffers have it (huge pages where the system grants them), so the
+  // ceiling is the one the weights stream against.
+  std::unique_ptr<void, Free> buf(host_alloc(kBytes));
   uint8_t* base = static_cast<uint8_t*>(buf.get());
   const int threads = pool.size();
   const size_t per = (kBytes / size_t(threads)) & ~size_t(255);
