@@ -9,8 +9,9 @@
 # Each run is: nanovllm bench (16 seqs, + its 1-seq decode and 512-token prefill), llama-bench
 # (pp512, tg128), nanovllm bench (32 seqs), llama-batched-bench (16 and 32 seqs); then one table.
 #
-# Environment: NANOVLLM (binary; default build/release/nanovllm), THREADS (2), GGUF (the converted
-# file; default MODEL_DIR/llama_cpp-bf16.gguf), OUT_DIR (raw logs; default a fresh temp folder),
+# Environment: NANOVLLM (binary; default build/release/nanovllm), THREADS (2), GGUF (llama.cpp's
+# weights, used as given, e.g. a llama-quantize output; default MODEL_DIR/llama_cpp-bf16.gguf,
+# converted from the folder when missing or older than it), OUT_DIR (raw logs; default a fresh temp folder),
 # PYTHON (one with numpy), LLAMA_ARGS (extra flags for both llama.cpp tools, e.g. "-fa off"),
 # NANOVLLM_ARGS (extra flags for nanovllm bench).
 set -euo pipefail
@@ -50,7 +51,12 @@ ls "$model_dir"/*.safetensors >/dev/null 2>&1 || die "$model_dir has no .safeten
 # shellcheck source=scripts/llama_cpp/common.sh
 . "$here/common.sh"
 find_python
-bf16_gguf "$llama_dir" "$model_dir" "$gguf"
+if [ -n "${GGUF:-}" ]; then  # given (e.g. a llama-quantize output): used as it is, never remade
+  [ -f "$gguf" ] || die "GGUF=$gguf does not exist (scripts/llama_cpp/quantize.sh makes quantized ones)"
+  echo "using $gguf as given"
+else
+  bf16_gguf "$llama_dir" "$model_dir" "$gguf"
+fi
 
 results="$out_dir/results.tsv"  # engine <tab> figure <tab> tok/s
 : > "$results"
