@@ -71,6 +71,17 @@ class QuantizedCheckpoint : public ::testing::TestWithParam<Case> {
   Config config() const {
     return test::tiny_config(quantized_model(GetParam().preset, GetParam().format, GetParam().not_convert));
   }
+  // Engine against reference, as a fraction of the largest |logit|: ~1e-7 where no value lands
+  // on the other side of a rounding boundary (short prompts), up to ~1.5e-3 measured where a
+  // bf16 or int16-grid one does. 4-bit weights round x to int8 codes in steps of
+  // max|x_group| / 127, where the same upstream differences move a few percent of the codes and
+  // the logits by ~1e-2 (QuantizedEngine::tolerance).
+  bool four_bit() const {
+    const std::string f = GetParam().format;
+    return f == "awq" || f == "gptq4";
+  }
+  double logit_tolerance() const { return four_bit() ? 3e-2 : 3e-3; }
+  double tie_tolerance() const { return four_bit() ? 3e-2 : 1e-3; }
 };
 
 TEST_P(QuantizedCheckpoint, LogitsMatchTheReference) {
@@ -79,22 +90,20 @@ TEST_P(QuantizedCheckpoint, LogitsMatchTheReference) {
   LLMEngine engine(c);
   for (const auto& prompt : test::random_prompts(3, reference.config().vocab_size, 1, 40, 7)) {
     const double err = test::relative_error(test::prefill_logits(engine, prompt), reference.last_logits(prompt));
-    // Same weights and rounding points: ~1e-7 where no value lands on the other side of a bf16 or
-    // int16-grid rounding boundary (short prompts), up to ~1.5e-3 measured where one does.
-    EXPECT_LT(err, 3e-3) << "prompt of " << prompt.size() << " tokens";
+    EXPECT_LT(err, logit_tolerance()) << "prompt of " << prompt.size() << " tokens";
     std::printf("%s, %zu-token prompt: logit error / max |logit| = %.2e\n",
                 case_name({GetParam(), 0}).c_str(), prompt.size(), err);
   }
 }
 
 // Each prompt matches the reference in full or first differs where the reference's top-2 gap is
-// within 1e-3 of its largest |logit|; at least 6 of 8 match in full.
+// within 1e-3 of its largest |logit| (3e-2 for 4-bit weights); at least 6 of 8 match in full.
 TEST_P(QuantizedCheckpoint, GreedyMatchesTheReference) {
   const Config c = config();
   ref::ReferenceModel reference(c.model, ref::Precision::kBf16Storage);
   const Prompts prompts = test::random_prompts(8, reference.config().vocab_size, 1, 32, 11);
   const Prompts got = test::greedy_ids(c, prompts, 24);
-  test::expect_reference_tokens(got, prompts, reference, 24, 1e-3, 6,
+  test::expect_reference_tokens(got, prompts, reference, 24, tie_tolerance(), 6,
                                 case_name({GetParam(), 0}).c_str());
 }
 

@@ -40,6 +40,14 @@ class QuantizedEngine : public ::testing::TestWithParam<Case> {
     return c;
   }
   QuantScheme scheme() const { return parse_quantization(GetParam().quantization); }
+  // Engine against reference, as a fraction of the largest |logit|. Same weights and rounding
+  // points, so only summation orders differ; where x is rounded to int8 codes (int4 weights:
+  // steps of max|x_group| / 127), a difference of 1e-4 upstream (the prefill attention's
+  // order, from 8 tokens on) moves a few percent of the codes by one step, and the logits by
+  // about 1e-2 (measured 0.6e-2 to 1.9e-2 on tiny at 16 to 40 tokens, 1e-7 below 16); with the
+  // int16 grid of int8 weights the same moves stay near 1e-4. The weights' quantization itself
+  // moves them by 1e-1 (the second figure printed).
+  double tolerance() const { return scheme().format == QuantFormat::Int4 ? 3e-2 : 1e-3; }
 };
 
 TEST_P(QuantizedEngine, LogitsMatchTheQuantizedReference) {
@@ -51,9 +59,7 @@ TEST_P(QuantizedEngine, LogitsMatchTheQuantizedReference) {
     const std::vector<float> got = test::prefill_logits(engine, prompt);
     const double err = test::relative_error(got, reference.last_logits(prompt));
     const double err_fp32 = test::relative_error(got, unquantized.last_logits(prompt));
-    // Same weights and rounding points: only summation order and the int16 grid's f32 products
-    // differ. The quantization itself is far larger, which the second figure shows.
-    EXPECT_LT(err, 1e-3) << "prompt of " << prompt.size() << " tokens";
+    EXPECT_LT(err, tolerance()) << "prompt of " << prompt.size() << " tokens";
     std::printf("%s %s, %zu-token prompt: logit error / max |logit| = %.2e (quantized reference), "
                 "%.2e (unquantized fp32 reference)\n",
                 GetParam().preset, GetParam().quantization, prompt.size(), err, err_fp32);
@@ -61,13 +67,14 @@ TEST_P(QuantizedEngine, LogitsMatchTheQuantizedReference) {
 }
 
 // As EngineReference.GreedyTokensIdenticalBatched: each prompt matches in full or first differs
-// where the reference's top-2 gap is within 1e-3 of its largest |logit|; at least 8 of 12 match.
+// where the reference's top-2 gap is within tolerance() of its largest |logit|; at least 8 of 12
+// match.
 TEST_P(QuantizedEngine, GreedyMatchesTheQuantizedReference) {
   const Config c = config();
   ref::ReferenceModel reference(c.model, ref::Precision::kBf16Storage, scheme());
   const Prompts prompts = test::random_prompts(12, reference.config().vocab_size, 1, 48, 11);
   const Prompts got = test::greedy_ids(c, prompts, 32);
-  test::expect_reference_tokens(got, prompts, reference, 32, 1e-3, 8,
+  test::expect_reference_tokens(got, prompts, reference, 32, tolerance(), 8,
                                 (GetParam().preset + std::string(" ") + GetParam().quantization).c_str());
 }
 

@@ -2,7 +2,8 @@
 // Qwen3MoeSparseMoeBlock (softmax in double, top-k by probability with ties to the lower index,
 // optional renormalization, each expert's SwiGLU MLP in double on the dequantized weights, its
 // GEMM inputs rounded where the engine's GEMMs round them: bf16 for bf16 weights, the int16 grid
-// of scale max|x| / 16383 for quantized ones). Tolerance: 2e-3 of the largest |output|, which a
+// of scale max|x| / 16383 for int8 ones, int8 codes of scale max|x_group| / 127 in each group for
+// int4 ones). Tolerance: 2e-3 of the largest |output|, which a
 // bf16 rounding flip of one activation stays under; a wrong expert, weight or row errs by O(1)
 // of it. Also: a token's row does not depend on the batch around it (bitwise), which greedy
 // batch invariance needs.
@@ -32,6 +33,20 @@ Vec round_int16_grid(const Vec& x) {
   if (s == 0) return x;
   Vec y = x;
   for (float& v : y) v = std::nearbyint(v * (1.0f / s)) * s;
+  return y;
+}
+
+// In each group of G along k, integers times max|x_group| / 127 (int4 weights' x).
+Vec round_int8_groups(const Vec& x, int64_t G) {
+  Vec y = x;
+  for (size_t i0 = 0; i0 < y.size(); i0 += size_t(G)) {
+    const size_t i1 = std::min(y.size(), i0 + size_t(G));
+    float amax = 0;
+    for (size_t i = i0; i < i1; ++i) amax = std::max(amax, std::fabs(y[i]));
+    const float s = amax / 127.0f;
+    if (s == 0) continue;
+    for (size_t i = i0; i < i1; ++i) y[i] = std::nearbyint(y[i] * (1.0f / s)) * s;
+  }
   return y;
 }
 
@@ -91,6 +106,7 @@ TEST_P(FusedMoe, MatchesTheScalarReference) {
   for (float& v : x) v = nd(rng);
   for (float& v : logits) v = nd(rng);
   auto in = [&](const Vec& v) {
+    if (c.quant.format == QuantFormat::Int4) return round_int8_groups(v, c.quant.group);
     if (c.quant.enabled()) return round_int16_grid(v);
     Vec r = v;
     for (float& f : r) f = round_bf16(f);

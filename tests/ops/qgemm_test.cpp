@@ -1,15 +1,17 @@
 // The quantized CPU GEMM (qgemm.h) against the plain fp32 product of x and the dequantized
 // weights (QuantizedWeight::dequantize, the format's definition).
 //
-// Tolerance: the kernel rounds each x row to integers times sx = max|x| / 16383, so a product
-// errs by at most sum_k |w_k| * sx / 2; its integer sums are exact, and the f32 group flushes
-// and final scaling add a few ulps of sum_k |x_k w_k| (1e-5 of it covers them, and sums that are
-// exactly zero get 1e-6). A kernel that mixes up columns, nibbles, groups or scales errs by
-// whole terms, far beyond that.
+// Tolerance: for int8 weights the kernel rounds each x row to integers times sx = max|x| / 16383,
+// so a product errs by at most sum_k |w_k| * sx / 2. For int4 weights it rounds x to int8 codes
+// in each group (max|x_group| / 127), which the check reproduces exactly (same f32 steps) and
+// multiplies as the reference. Integer sums are exact; the f32 flushes and final scaling add a
+// few ulps of sum_k |x_k w_k| (1e-5 of it covers them, and sums that are exactly zero get 1e-6).
+// A kernel that mixes up columns, nibbles, groups or scales errs by whole terms, far beyond that.
 #include "backend/cpu/qgemm.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <memory>
@@ -59,24 +61,38 @@ int check(const Packed& w, const std::vector<float>& x, int64_t m, int64_t ldx,
          scratch},
         pool);
   int bad = 0;
+  const bool int4 = w.q.scheme.format == QuantFormat::Int4;
+  std::vector<double> sx(static_cast<size_t>(k));  // int8 weights: x's step at each k
+  std::vector<float> xr(static_cast<size_t>(k));   // int4 weights: x on the int8 grid
   for (int64_t i = 0; i < m; ++i) {
-    double amax = 0;
-    for (int64_t c = 0; c < k; ++c) amax = std::max(amax, double(std::fabs(x[size_t(i * ldx + c)])));
-    const double sx = amax / 16383.0;
+    const float* xi = x.data() + i * ldx;
+    if (int4) {  // the grid of qgemm.h, computed as the kernel does (f32), so no rounding slack
+      for (int64_t c0 = 0; c0 < k; c0 += w.q.scheme.group) {
+        const int64_t c1 = std::min(k, c0 + w.q.scheme.group);
+        float amax = 0;
+        for (int64_t c = c0; c < c1; ++c) amax = std::max(amax, std::fabs(xi[c]));
+        const float step = amax / 127.0f, inv = step > 0 ? 1.0f / step : 0.0f;
+        for (int64_t c = c0; c < c1; ++c) xr[size_t(c)] = std::nearbyint(xi[c] * inv) * step;
+      }
+    } else {
+      double amax = 0;
+      for (int64_t c = 0; c < k; ++c) amax = std::max(amax, double(std::fabs(xi[c])));
+      std::fill(sx.begin(), sx.end(), amax / 16383.0);
+    }
     for (int64_t j = 0; j < ldo; ++j) {
       const float got = out[size_t(i * ldo + j)];
       if (j >= n) {
         if (got != 777.0f && ++bad <= 3) ADD_FAILURE() << "wrote past column " << n << " at " << j;
         continue;
       }
-      double want = bias ? bf16_to_f32((*bias)[size_t(j)]) : 0.0, absw = 0, mag = 0;
+      double want = bias ? bf16_to_f32((*bias)[size_t(j)]) : 0.0, xerr = 0, mag = 0;
       for (int64_t c = 0; c < k; ++c) {
-        const double wv = w.q.dequantize(j, c), xv = x[size_t(i * ldx + c)];
+        const double wv = w.q.dequantize(j, c), xv = int4 ? xr[size_t(c)] : xi[c];
         want += wv * xv;
-        absw += std::fabs(wv);
+        if (!int4) xerr += std::fabs(wv) * sx[size_t(c)] * 0.5;
         mag += std::fabs(wv * xv);
       }
-      const double tol = absw * sx * 0.5 * 1.001 + 1e-5 * mag + 1e-6;
+      const double tol = xerr * 1.001 + 1e-5 * mag + 1e-6;
       if (!(std::fabs(got - want) <= tol) && ++bad <= 3) {
         ADD_FAILURE() << quantization_name(w.q.scheme) << " m=" << m << " n=" << n << " k=" << k
                       << " threads=" << pool.size() << " at [" << i << ", " << j << "]: got "

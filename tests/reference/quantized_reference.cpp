@@ -142,11 +142,19 @@ DequantizedLinears dequantize_checkpoint_linears(const std::string& folder) {
     bool listed = false;
     for (const std::string& s : not_convert) listed |= m.find(s) != std::string::npos;
     if (listed) continue;
+    // The group along k of a 4-bit weight: k / the scales' rows.
+    auto group = [&](const Vec& w) {
+      const SafetensorsTensor sc = get(ckpt, m + ".scales");  // [groups, n]
+      return int64_t(w.size()) / sc.shape[1] / sc.shape[0];
+    };
     if (method == "awq") {
-      out.weights[m + ".weight"] = awq(ckpt, m);
+      Vec& w = out.weights[m + ".weight"] = awq(ckpt, m);
+      out.int4_group[m + ".weight"] = group(w);
       for (const char* s : {".qweight", ".qzeros", ".scales"}) out.consumed.push_back(m + s);
     } else if (method == "gptq") {
-      out.weights[m + ".weight"] = gptq(ckpt, m, q.at("bits").get<int>());
+      const int bits = q.at("bits").get<int>();
+      Vec& w = out.weights[m + ".weight"] = gptq(ckpt, m, bits);
+      if (bits == 4) out.int4_group[m + ".weight"] = group(w);
       for (const char* s : {".qweight", ".qzeros", ".scales", ".g_idx"}) out.consumed.push_back(m + s);
     } else if (method == "fp8") {
       const auto block_size = q.at("weight_block_size").get<std::vector<int64_t>>();

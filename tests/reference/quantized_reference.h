@@ -9,6 +9,7 @@
 //   awq:  w = (q - z) * s with q, z unpacked from nibble [0, 4, 1, 5, 2, 6, 3, 7][c % 8] of word
 //         c / 8 (qweight and qzeros), s = scales; qweight is [k, n]
 //   gptq: w = (q - (z + 1)) * s, g = g_idx[i]; qweight packed along k, qzeros along n
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
@@ -21,6 +22,8 @@ struct DequantizedLinears {
   // Names of the tensors those were read from (qweight, qzeros, scales, g_idx,
   // weight_scale_inv, the fp8 weight): not weights themselves.
   std::vector<std::string> consumed;
+  // The 4-bit ones (awq, gptq 4-bit): "module.weight" -> their group along k.
+  std::map<std::string, int64_t> int4_group;
 };
 
 // Empty when config.json has no quantization_config. Throws std::runtime_error on anything it

@@ -61,6 +61,21 @@ Vec round_int16_grid(const Vec& x) {
   return y;
 }
 
+// x rounded to the quantized GEMM's x for int4 weights: in each group of G along k, integers
+// times max|x_group| / 127.
+Vec round_int8_groups(const Vec& x, int64_t G) {
+  Vec y = x;
+  for (size_t i0 = 0; i0 < y.size(); i0 += size_t(G)) {
+    const size_t i1 = std::min(y.size(), i0 + size_t(G));
+    float amax = 0;
+    for (size_t i = i0; i < i1; ++i) amax = std::max(amax, std::fabs(y[i]));
+    const float s = amax / 127.0f;
+    if (s == 0) continue;
+    for (size_t i = i0; i < i1; ++i) y[i] = std::nearbyint(y[i] * (1.0f / s)) * s;
+  }
+  return y;
+}
+
 // One weight of the checkpoint, quantized (quantize_rtn) and dequantized to f32.
 Vec quantize_dequantize(const Vec& w, int64_t n, int64_t k, QuantScheme scheme, const std::string& name) {
   std::vector<uint16_t> bits(w.size());
@@ -159,6 +174,7 @@ ReferenceModel::ReferenceModel(const std::string& folder, Precision precision, Q
     stored_quantized_.insert(name);
     weights_[name] = std::move(v);
   }
+  stored_int4_group_ = stored.int4_group;
   Checkpoint ckpt(folder);
   for (const std::string& name : ckpt.names()) {
     if (consumed.count(name) || stored_quantized_.count(name)) continue;
@@ -184,9 +200,15 @@ const std::vector<float>& ReferenceModel::w(const std::string& name) const {
   return it->second;
 }
 
-// Whether the engine's GEMM of `weight` reads x on the int16 grid: every quantized weight.
-bool ReferenceModel::int16_input(const std::string& weight) const {
-  return (quant_.enabled() && !is_router(weight)) || stored_quantized_.count(weight) != 0;
+int64_t ReferenceModel::x_grid(const std::string& weight) const {
+  if (stored_quantized_.count(weight)) {
+    auto it = stored_int4_group_.find(weight);
+    return it == stored_int4_group_.end() ? -1 : it->second;
+  }
+  if (!quant_.enabled() || is_router(weight)) return 0;
+  const bool table = weight == "model.embed_tokens.weight" || weight == "lm_head.weight";
+  const QuantScheme s = table ? embedding_quantization(quant_) : quant_;
+  return s.format == QuantFormat::Int4 ? s.group : -1;
 }
 
 std::vector<float> ReferenceModel::last_logits(const std::vector<int32_t>& tokens) const {
@@ -209,9 +231,10 @@ std::vector<std::vector<float>> ReferenceModel::logits_at(const std::vector<int3
   const bool fp8_kv = precision_ == Precision::kBf16StorageFp8Kv;
   const std::vector<double> inv_freq = rope_inv_freq(D, c.rope_theta, c.rope_scaling);
   router_gap_ = 1e300;
-  // Where the GEMM of `weight` reads x: the quantized GEMM's int16 grid, else bf16 storage.
+  // Where the GEMM of `weight` reads x: the quantized GEMM's grid, else bf16 storage.
   const GemmInput gemm_in = [&](const Vec& v, const std::string& weight) {
-    return int16_input(weight) ? round_int16_grid(v) : maybe_round(v, bf16);
+    const int64_t grid = x_grid(weight);
+    return grid > 0 ? round_int8_groups(v, grid) : grid < 0 ? round_int16_grid(v) : maybe_round(v, bf16);
   };
   // Residual stream x[t] (fp32, unrounded).
   std::vector<Vec> x(T, Vec(H));

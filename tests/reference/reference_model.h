@@ -27,10 +27,11 @@ class ReferenceModel {
   // quant: the checkpoint's linears and embedding / lm_head replaced by their quantization
   // (runtime/quant.h quantize_rtn, the format's definition; the table by
   // embedding_quantization) dequantized to f32, and every GEMM input rounded where the
-  // quantized GEMM rounds it: per row to the int16 grid of scale max|x| / 16383 (instead of bf16).
-  // A checkpoint stored quantized (config.json quantization_config: fp8, awq, gptq) has its
-  // quantized linears dequantized by reference/quantized_reference.h, their inputs rounded to the
-  // int16 grid too; its other weights (embedding, lm_head, norms, unconverted linears) are as
+  // quantized GEMM rounds it (instead of bf16): for int8 weights per row to the int16 grid of
+  // scale max|x| / 16383, for int4 weights per group of k to int8 codes of scale
+  // max|x_group| / 127. A checkpoint stored quantized (config.json quantization_config: fp8,
+  // awq, gptq) has its quantized linears dequantized by reference/quantized_reference.h, their
+  // inputs rounded the same way (4-bit awq / gptq in their groups); its other weights (embedding, lm_head, norms, unconverted linears) are as
   // stored, their GEMM inputs as `precision` says. quant must then be none.
   explicit ReferenceModel(const std::string& folder, Precision precision = Precision::kFp32,
                           QuantScheme quant = {});
@@ -53,13 +54,17 @@ class ReferenceModel {
   const std::vector<float>& w(const std::string& name) const;
   // x += the sparse MoE block of layer `layer` on the token's residual x.
   void moe_block(int layer, std::vector<float>& x, const GemmInput& gemm_in) const;
-  bool int16_input(const std::string& weight) const;
+  // How the engine's GEMM of `weight` rounds its x: 0 bf16 storage or none (float weights, by
+  // `precision`), -1 the int16 grid of each row (int8 weights), G > 0 int8 codes in groups of G
+  // along k (int4 weights).
+  int64_t x_grid(const std::string& weight) const;
   std::vector<std::vector<float>> logits_at(const std::vector<int32_t>& tokens, const std::vector<size_t>& rows) const;
   ModelConfig config_;
   Precision precision_;
   QuantScheme quant_;
   std::map<std::string, std::vector<float>> weights_;
   std::set<std::string> stored_quantized_;  // weights the checkpoint stores quantized
+  std::map<std::string, int64_t> stored_int4_group_;  // ... of them the 4-bit ones: their group
   // The last forward's router margin: over its tokens and sparse layers, the smallest k-th minus
   // (k+1)-th router logit divided by the token's largest |router logit| (1e300: no router).
   mutable double router_gap_ = 1e300;

@@ -2,9 +2,7 @@
 #include "backend/cpu/qgemm.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cstring>
-#include <limits>
 
 #include "runtime/tensor.h"
 #include "util/check.h"
@@ -28,7 +26,6 @@ QuantLayout quant_layout(QuantScheme scheme, int64_t n, int64_t k) {
   const size_t headers = scheme.group ? size_t(l.groups) * 32 : 32;
   l.block_bytes = headers + size_t(l.kpad) * (int4 ? 4 : 8);  // 8 columns of 1/2 or 1 byte
   l.block_bytes = (l.block_bytes + 63) / 64 * 64;              // each block on a cache line
-  l.block_bytes = (l.block_bytes + 63) / 64 * 64;  // every block starts on a cache line
   return l;
 }
 
@@ -75,14 +72,10 @@ void pack_quantized_blocks(void* dst, const QuantizedWeight& w, const QuantLayou
         }
         continue;
       }
-      for (int64_t pr = 0; pr < pairs; pr += 4) {
+      for (int64_t o = 0; o < 2 * pairs; o += 8) {  // 8 k a 32-byte row
         for (int64_t c = 0; c < kQBlockCols; ++c) {
-          for (int e = 0; e < 2; ++e) {
-            int lane = 0;
-            for (int i = 0; i < 4; ++i) lane |= code(c, k0 + 2 * (pr + i) + e) << (4 * i);
-            p[(c * 2 + e) * 2] = uint8_t(lane);
-            p[(c * 2 + e) * 2 + 1] = uint8_t(lane >> 8);
-          }
+          for (int i = 0; i < 4; ++i)
+            p[4 * c + i] = uint8_t(code(c, k0 + o + i) | code(c, k0 + o + 4 + i) << 4);
         }
         p += 32;
       }
@@ -113,8 +106,8 @@ void unpack_quantized_row(float* out, const void* packed, const QuantLayout& l, 
     for (int64_t i = 0; i < len && k0 + i < l.k; ++i) {
       const int64_t pr = i / 2, e = i % 2;
       if (int4) {
-        const uint8_t* lane = p + (pr / 4) * 32 + (c * 2 + e) * 2;
-        const int q = ((lane[0] | lane[1] << 8) >> (4 * (pr % 4))) & 15;
+        const uint8_t byte = p[(i / 8) * 32 + 4 * c + i % 4];
+        const int q = i % 8 < 4 ? byte & 15 : byte >> 4;
         out[k0 + i] = (float(q) - z) * s;
       } else {
         const int8_t q = int8_t(p[(pr / 2) * 32 + (c * 2 + e) * 2 + pr % 2]);
@@ -125,55 +118,31 @@ void unpack_quantized_row(float* out, const void* packed, const QuantLayout& l, 
   }
 }
 
-namespace {
-
-// Row r of x to int16 codes of scale max|x| / 16383 (round to nearest), with the groups' code sums
-// (int4). A row with a non-finite value gets scale NaN: its outputs are NaN, as in the float GEMM.
-void quantize_x_row(const float* x, int64_t k, const QuantLayout& l, int16_t* q, float* xscale,
-                    float* xsum) {
-  float amax = 0;
-  for (int64_t i = 0; i < k; ++i) amax = std::max(amax, std::fabs(x[i]));
-  if (!std::isfinite(amax)) {
-    std::memset(q, 0, size_t(l.kpad) * 2);
-    *xscale = std::numeric_limits<float>::quiet_NaN();
-    if (xsum) std::fill_n(xsum, l.groups, 0.0f);
-    return;
-  }
-  const float s = amax / 16383.0f;
-  const float inv = s > 0 ? 1.0f / s : 0.0f;
-  for (int64_t i = 0; i < k; ++i) q[i] = int16_t(std::nearbyint(x[i] * inv));
-  for (int64_t i = k; i < l.kpad; ++i) q[i] = 0;
-  *xscale = s;
-  if (!xsum) return;
-  for (int64_t g = 0; g < l.groups; ++g) {
-    int32_t sum = 0;
-    const int64_t i0 = g * l.kg, i1 = i0 + l.group_len(g);
-    for (int64_t i = i0; i < i1; ++i) sum += q[i];
-    xsum[g] = float(sum);
-  }
-}
-
-}  // namespace
-
 void qgemm(const QGemmArgs& a, ThreadPool& pool) {
   const QuantLayout& l = *a.layout;
   const int64_t m = a.m;
   if (m == 0) return;
   const bool int4 = l.scheme.format == QuantFormat::Int4;
-  // Scratch: x codes [m][kpad] int16, scales [m] f32, group sums [m][groups] f32 (int4).
-  const size_t xq_bytes = (size_t(m * l.kpad) * 2 + 63) / 64 * 64;
-  const size_t xs_bytes = (size_t(m) * 4 + 63) / 64 * 64;
+  // Scratch: x codes [m][kpad] (int16; int4: int8), scales [m] (int4: [m][groups]) f32, and for
+  // int4 the groups' scaled code sums [m][groups] f32.
+  const int64_t code_bytes = int4 ? 1 : 2, xs_per_row = int4 ? l.groups : 1;
+  const size_t xq_bytes = (size_t(m * l.kpad * code_bytes) + 63) / 64 * 64;
+  const size_t xs_bytes = (size_t(m * xs_per_row) * 4 + 63) / 64 * 64;
   const size_t sum_bytes = int4 ? size_t(m * l.groups) * 4 : 0;
   GemmScratch own;
   GemmScratch& scratch = a.scratch ? *a.scratch : own;
   uint8_t* base = static_cast<uint8_t*>(scratch.reserve(xq_bytes + xs_bytes + sum_bytes));
-  int16_t* xq = reinterpret_cast<int16_t*>(base);
   float* xscale = reinterpret_cast<float*>(base + xq_bytes);
   float* xsum = int4 ? reinterpret_cast<float*>(base + xq_bytes + xs_bytes) : nullptr;
   auto quantize_rows = [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
-      quantize_x_row(a.x + r * a.ldx, l.k, l, xq + r * l.kpad, xscale + r,
-                     xsum ? xsum + r * l.groups : nullptr);
+      if (int4) {
+        detail::quantize_x_i8(a.x + r * a.ldx, l.k, l, reinterpret_cast<int8_t*>(base) + r * l.kpad,
+                              xscale + r * l.groups, xsum + r * l.groups);
+      } else {
+        detail::quantize_x_i16(a.x + r * a.ldx, l.k, l,
+                               reinterpret_cast<int16_t*>(base) + r * l.kpad, xscale + r);
+      }
     }
   };
   if (m >= 4 * pool.size()) {
@@ -182,15 +151,15 @@ void qgemm(const QGemmArgs& a, ThreadPool& pool) {
     quantize_rows(0, m);
   }
 
-  // Tiles: 4 rows x 2 blocks, or 1 row x 4 blocks (a lone row streams 4 blocks at once); int4
-  // takes 3 rows (its unpacked codes leave no registers for a fourth row's sums: measured on a
-  // Zen 3 at M = 16 and 64, 3 rows ran 5% faster for int4 and 16% slower for int8). The threads
-  // split the column blocks in units of 4; each walks its units over M blocks of rows whose x
-  // codes stay in L2 while the unit's weights stay in L1.
-  const int max_rows = int4 ? 3 : detail::kQMaxRows;
+  // Tiles: 4 rows x 2 blocks, or 1 row x 4 blocks (a lone row streams 4 blocks at once). For
+  // int4, measured on a Zen 3 at M = 16 and 64 (6144 x 1024, 2 threads): 4 x 2 at 152 G
+  // multiply-adds a second, 3 x 2 at 142-147, 4 x 1 at 134. The threads split the column blocks
+  // in units of 4; each walks its units over M blocks of rows whose x codes stay in L2 while the
+  // unit's weights stay in L1.
+  const int max_rows = detail::kQMaxRows;
   const int64_t units = (l.nblocks + 3) / 4;
   const int64_t mc = std::max<int64_t>(detail::kQMaxRows,
-                                       (int64_t(192) << 10) / (l.kpad * 2) / 4 * 4);
+                                       (int64_t(192) << 10) / (l.kpad * code_bytes) / 4 * 4);
   pool.parallel_for(units, [&](int64_t u0, int64_t u1, int) {
     const int64_t b_end = std::min(l.nblocks, u1 * 4);
     for (int64_t m0 = 0; m0 < m; m0 += mc) {
@@ -201,10 +170,10 @@ void qgemm(const QGemmArgs& a, ThreadPool& pool) {
         for (int64_t r = m0; r < m1;) {
           const int rows = int(std::min<int64_t>(max_rows, m1 - r));
           detail::QTile t;
-          t.x = xq + r * l.kpad;
+          t.x = base + size_t(r * l.kpad * code_bytes);
           t.ldx = l.kpad;
+          t.xscale = xscale + r * xs_per_row;
           t.xsum = xsum ? xsum + r * l.groups : nullptr;
-          t.xscale = xscale + r;
           t.w = static_cast<const uint8_t*>(a.packed_w) + size_t(b) * l.block_bytes;
           t.layout = &l;
           t.out = a.out + r * a.ldo + b * kQBlockCols;

@@ -2,14 +2,20 @@
 // The CPU GEMM of quantized weights (runtime/quant.h): out[M, N] = x[M, K] @ w[N, K]^T (+ bias)
 // with w int8 (a scale per output row or per group along K) or int4 (groups along K), x f32.
 //
-// x is quantized per row to int16 (symmetric, scale max|x| / 16383: 15 bits, far finer than the
-// bf16 the float GEMM rounds x to), so the dot products run on integers: vpmaddwd multiplies 16
-// int16 pairs into 8 int32 sums per instruction. On AVX2 that is the rate of the int8 path
-// (vpmaddubsw + vpmaddwd, 32 products per 2 multiplies), so 16-bit activations cost nothing and
-// lose nothing (docs/quantization.md). Integer sums are flushed to f32 once per group (int4:
-// scale * (sum - zero * sum of x codes); int8: scale * sum, or for a per-row scale the sum of
-// each chunk of kInt8Chunk k, the scale at the end), always in k order, so a row's
-// result depends only on that row and the weights: batch and thread invariant.
+// x is quantized per row so that the dot products run on integers:
+//   int8 weights: x to int16 (symmetric, scale max|x| / 16383 per row: 15 bits, far finer than
+//     the bf16 the float GEMM rounds x to); vpmaddwd multiplies 16 int16 pairs into 8 int32
+//     sums per instruction. On AVX2 that is the rate of an int8 x path (with 8-bit x, vpmaddubsw
+//     needs |x| and the weights' signs flipped row by row, or 7-bit x), so 16 bits cost nothing.
+//   int4 weights: x to int8 in each weight group (symmetric, scale max|x_group| / 127, as
+//     llama.cpp's Q8_0 activations in blocks of 32), so that vpmaddubsw multiplies the unsigned
+//     4-bit codes by the signed x codes, 32 products per instruction summed in int16 pairs;
+//     up to 32 k of those sums stay in int16 (8 x 2 x 15 x 127 < 2^15), then vpmaddwd widens
+//     them. About half the instructions of int16 x per product (docs/quantization.md).
+// Integer sums are flushed to f32 per group (int4: per 32 k, then x scale * weight scale *
+// (sum - zero * sum of x codes); int8: scale * sum, or for a per-row scale the sum of each
+// chunk of kInt8Chunk k, the scale at the end), always in k order, so a row's result depends
+// only on that row and the weights: batch and thread invariant.
 //
 // Packed layout: blocks of 8 output columns, each one contiguous stream over k; the weights of a
 // block are kpad = k rounded up to 8, in groups of kg k (the scheme's group; int8 per row:
@@ -18,9 +24,9 @@
 //           int4: f16 scale[8], f16 zero[8].
 //   int8: per two k pairs p, p + 1: 32 bytes, 16-bit lane 2c + e holding pair p's (c, e) code
 //         in its low byte and pair p + 1's in its high byte.
-//   int4: per four k pairs p..p+3: 32 bytes, 16-bit lane 2c + e holding pair p + i's (c, e)
-//         code in bits 4i..4i+3, so that masks and three shifts give the four pairs' int16
-//         codes in place (no widening shuffles).
+//   int4: per 8 k from k0: 32 bytes, byte 4c + i holding column c's code of k0 + i in its low
+//         nibble and of k0 + 4 + i in its high one, so that a mask, and a shift and a mask, give
+//         the two sets of 4 consecutive k per column that vpmaddubsw pairs with 4 x codes.
 // Padding (columns past n, k past K) is code 0 with scale and zero 0.
 #include <cstddef>
 #include <cstdint>
@@ -74,10 +80,13 @@ namespace detail {
 
 // One register tile: out[rows, ncols] = x[rows] @ (the blocks from w)^T, whole k.
 struct QTile {
-  const int16_t* x;     // quantized x of the tile's first row, [kpad] per row
-  int64_t ldx;          // int16 elements between rows
-  const float* xsum;    // int4: per row, the groups' sums of the quantized x; [groups] per row
-  const float* xscale;  // per row, the scale of its quantized x (NaN: x was not finite)
+  const void* x;        // quantized x of the tile's first row, [kpad] per row: int16 (int8
+                        // weights) or int8 (int4 weights)
+  int64_t ldx;          // elements between rows
+  // int8 weights: per row, the scale of its quantized x (NaN: x was not finite). int4: per row
+  // and group ([groups] per row), the scale of the group's x codes (NaN: x was not finite).
+  const float* xscale;
+  const float* xsum;    // int4: per row and group, the scale times the sum of the x codes
   const uint8_t* w;     // the tile's first block
   const QuantLayout* layout;
   float* out;
@@ -88,6 +97,14 @@ struct QTile {
 };
 constexpr int kQMaxRows = 4;
 constexpr int kQMaxBlocks = 4;
+// x row [0, k) to the codes the tiles read, padded with zeros to kpad (AVX2): for int8 weights
+// int16 codes of scale max|x| / 16383 (*xscale); for int4 weights int8 codes in each group g of
+// scale xscale[g] = max|x_group| / 127, with xsum[g] = xscale[g] * the sum of its codes. Codes
+// round to nearest even (std::nearbyint's). A row with a value that is not finite gets scale(s)
+// NaN: its outputs are NaN, as in the float GEMM.
+void quantize_x_i16(const float* x, int64_t k, const QuantLayout& l, int16_t* q, float* xscale);
+void quantize_x_i8(const float* x, int64_t k, const QuantLayout& l, int8_t* q, float* xscale,
+                   float* xsum);
 // The AVX2 tile for `rows` rows and `blocks` blocks of 8 columns.
 using QTileFn = void (*)(const QTile&);
 QTileFn avx2_qtile(QuantScheme scheme, int rows, int blocks);
