@@ -97,8 +97,14 @@ void gemm_wide(const GemmArgs& a, ThreadPool& pool, const detail::KernelSet& ks)
   // FMA peak against 70-76% with the near-ahead prefetch in the first pass only).
   const bool spread = ks.prefetch_next && npass > 1;
 
+  // Pass p takes rows [row0(p), row0(p + 1)): as even as they go (M = 16: 5 + 5 + 6 rather
+  // than 6 + 6 + 4, whose 4-row tile has just enough accumulator chains for the FMA latency).
+  auto row0 = [&](int64_t p) { return p * a.m / npass; };
   PackedX xp(a.scratch, size_t(npass * panel_bytes));
-  ks.pack_x(xp.get(), a.x, a.ldx, a.m, a.k, mr, 0, npass);
+  for (int64_t p = 0; p < npass; ++p) {
+    ks.pack_x(static_cast<uint8_t*>(xp.get()) + p * panel_bytes, a.x + row0(p) * a.ldx, a.ldx,
+              row0(p + 1) - row0(p), a.k, mr, 0, 1);
+  }
 
   auto work = [&](int64_t g0, int64_t g1) {
     detail::Tile t{};
@@ -115,8 +121,8 @@ void gemm_wide(const GemmArgs& a, ThreadPool& pool, const detail::KernelSet& ks)
       const int64_t next_bytes = spread && g + 1 < g1 ? group_bytes(g + 1) : 0;
       for (int64_t p = 0; p < npass; ++p) {
         t.x = static_cast<const uint8_t*>(xp.get()) + p * panel_bytes;
-        t.rows = int(std::min(mr, a.m - p * mr));
-        t.out = a.out + p * mr * a.ldo + col0;
+        t.rows = int(row0(p + 1) - row0(p));
+        t.out = a.out + row0(p) * a.ldo + col0;
         t.prefetch = !spread || (g == g0 && p == 0);
         t.pf_next = nullptr;
         if (next_bytes) {
