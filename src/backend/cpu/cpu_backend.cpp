@@ -95,7 +95,8 @@ void CpuBackend::parallel_rows(int64_t n, int64_t cost_per_item,
 // ---- memory ----
 
 Buffer CpuBackend::alloc(size_t bytes) {
-  return Buffer(host_alloc(bytes), bytes, DeviceKind::CPU, [bytes](void* q) { host_free(q, bytes); });
+  return Buffer(host_alloc(bytes), bytes, DeviceKind::CPU,
+                [bytes](void* q) { host_free(q, bytes); });
 }
 
 void CpuBackend::upload(Tensor dst, const void* host) {

@@ -28,7 +28,8 @@ void* host_alloc(size_t bytes) {
   }
   // Map one huge page more than needed, keep the 2 MiB-aligned part, return the rest.
   const size_t len = round_up(bytes, kPage), reserve = len + kHugePage;
-  void* base = ::mmap(nullptr, reserve, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  void* base =
+      ::mmap(nullptr, reserve, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (base == MAP_FAILED) {
     fail("cpu backend: cannot map {} bytes: {} (memory, or the process's count of mappings: "
          "vm.max_map_count)", bytes, std::strerror(errno));
@@ -36,7 +37,8 @@ void* host_alloc(size_t bytes) {
   const uintptr_t b = reinterpret_cast<uintptr_t>(base);
   const uintptr_t start = round_up(b, kHugePage);
   if (start > b) ::munmap(base, start - b);
-  if (b + reserve > start + len) ::munmap(reinterpret_cast<void*>(start + len), b + reserve - start - len);
+  if (b + reserve > start + len)
+    ::munmap(reinterpret_cast<void*>(start + len), b + reserve - start - len);
   void* p = reinterpret_cast<void*>(start);
   ::madvise(p, len, MADV_HUGEPAGE);  // advice: refused (THP off), the pages stay 4 KiB
   return p;

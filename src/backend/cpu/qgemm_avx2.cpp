@@ -193,7 +193,8 @@ void qtile_i4(const QTile& t) {
     for (int b = 0; b < NB; ++b) {
       const int n = t.ncols - b * 8;
       if (n <= 0) break;
-      store(t.out + r * t.ldo + b * 8, accf[r][b], t.bias ? t.bias + b * 8 : nullptr, n < 8 ? n : 8);
+      store(t.out + r * t.ldo + b * 8, accf[r][b], t.bias ? t.bias + b * 8 : nullptr,
+            n < 8 ? n : 8);
     }
   }
 }
@@ -281,7 +282,8 @@ void quantize_x_i8(const float* x, int64_t k, const QuantLayout& l, int8_t* q, f
     for (; i + 8 <= i1; i += 8) {
       const __m256i v = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + i), vinv));
       vsum = _mm256_add_epi32(vsum, v);
-      const __m128i w16 = _mm_packs_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+      const __m128i w16 =
+          _mm_packs_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
       _mm_storel_epi64(reinterpret_cast<__m128i*>(q + i), _mm_packs_epi16(w16, w16));
     }
     alignas(32) int32_t lanes[8];
