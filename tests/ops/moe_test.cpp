@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
+#include "reference/ops_reference.h"
 #include "runtime/moe_routing.h"
 #include "runtime/quant.h"
 
@@ -25,30 +26,6 @@ namespace {
 using Vec = std::vector<float>;
 
 float round_bf16(float x) { return bf16_to_f32(f32_to_bf16(x)); }
-
-Vec round_int16_grid(const Vec& x) {
-  float amax = 0;
-  for (float v : x) amax = std::max(amax, std::fabs(v));
-  const float s = amax / 16383.0f;
-  if (s == 0) return x;
-  Vec y = x;
-  for (float& v : y) v = std::nearbyint(v * (1.0f / s)) * s;
-  return y;
-}
-
-// In each group of G along k, integers times max|x_group| / 127 (int4 weights' x).
-Vec round_int8_groups(const Vec& x, int64_t G) {
-  Vec y = x;
-  for (size_t i0 = 0; i0 < y.size(); i0 += size_t(G)) {
-    const size_t i1 = std::min(y.size(), i0 + size_t(G));
-    float amax = 0;
-    for (size_t i = i0; i < i1; ++i) amax = std::max(amax, std::fabs(y[i]));
-    const float s = amax / 127.0f;
-    if (s == 0) continue;
-    for (size_t i = i0; i < i1; ++i) y[i] = std::nearbyint(y[i] * (1.0f / s)) * s;
-  }
-  return y;
-}
 
 struct Expert {
   Vec gate_up;  // dequantized [2I, H]
@@ -106,8 +83,8 @@ TEST_P(FusedMoe, MatchesTheScalarReference) {
   for (float& v : x) v = nd(rng);
   for (float& v : logits) v = nd(rng);
   auto in = [&](const Vec& v) {
-    if (c.quant.format == QuantFormat::Int4) return round_int8_groups(v, c.quant.group);
-    if (c.quant.enabled()) return round_int16_grid(v);
+    if (c.quant.format == QuantFormat::Int4) return ref::round_int8_groups(v, c.quant.group);
+    if (c.quant.enabled()) return ref::round_int16_grid(v);
     Vec r = v;
     for (float& f : r) f = round_bf16(f);
     return r;

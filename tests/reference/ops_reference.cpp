@@ -28,6 +28,29 @@ Vec round_bf16(const Vec& x) {
   return y;
 }
 
+Vec round_int16_grid(const Vec& x) {
+  float amax = 0;
+  for (float v : x) amax = std::max(amax, std::fabs(v));
+  const float s = amax / 16383.0f;
+  if (s == 0) return x;
+  Vec y = x;
+  for (float& v : y) v = std::nearbyint(v * (1.0f / s)) * s;
+  return y;
+}
+
+Vec round_int8_groups(const Vec& x, int64_t group) {
+  Vec y = x;
+  for (size_t i0 = 0; i0 < y.size(); i0 += size_t(group)) {
+    const size_t i1 = std::min(y.size(), i0 + size_t(group));
+    float amax = 0;
+    for (size_t i = i0; i < i1; ++i) amax = std::max(amax, std::fabs(y[i]));
+    const float s = amax / 127.0f;
+    if (s == 0) continue;
+    for (size_t i = i0; i < i1; ++i) y[i] = std::nearbyint(y[i] * (1.0f / s)) * s;
+  }
+  return y;
+}
+
 Vec embedding(const std::vector<int32_t>& ids, const Vec& table, int64_t hidden) {
   Vec out(ids.size() * size_t(hidden));
   for (size_t t = 0; t < ids.size(); ++t)

@@ -12,6 +12,10 @@ using Vec = std::vector<float>;
 
 float round_bf16(float x);  // f32 -> nearest bf16 -> f32 (round to nearest even)
 Vec round_bf16(const Vec& x);
+// The quantized GEMM's x (backend/cpu/qgemm.h): for int8 weights integers times max|x| / 16383;
+// for int4 weights, in each group of `group` along x, integers times max|x_group| / 127.
+Vec round_int16_grid(const Vec& x);
+Vec round_int8_groups(const Vec& x, int64_t group);
 
 // out[t] = table[ids[t]]   table: [vocab, hidden]; out: [T, hidden]
 Vec embedding(const std::vector<int32_t>& ids, const Vec& table, int64_t hidden);

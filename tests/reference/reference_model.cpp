@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "model/safetensors.h"
+#include "reference/ops_reference.h"
 #include "reference/quantized_reference.h"
 #include "model/weights.h"
 #include "runtime/tensor.h"
@@ -48,32 +49,6 @@ float round_bf16(float x) {
   u &= 0xffff0000u;
   std::memcpy(&x, &u, 4);
   return x;
-}
-
-// x rounded to the grid of the quantized GEMM's x: integers times max|x| / 16383.
-Vec round_int16_grid(const Vec& x) {
-  double amax = 0;
-  for (float v : x) amax = std::max(amax, double(std::fabs(v)));
-  const float s = float(amax) / 16383.0f;
-  if (s == 0) return x;
-  Vec y = x;
-  for (float& v : y) v = std::nearbyint(v * (1.0f / s)) * s;
-  return y;
-}
-
-// x rounded to the quantized GEMM's x for int4 weights: in each group of G along k, integers
-// times max|x_group| / 127.
-Vec round_int8_groups(const Vec& x, int64_t G) {
-  Vec y = x;
-  for (size_t i0 = 0; i0 < y.size(); i0 += size_t(G)) {
-    const size_t i1 = std::min(y.size(), i0 + size_t(G));
-    float amax = 0;
-    for (size_t i = i0; i < i1; ++i) amax = std::max(amax, std::fabs(y[i]));
-    const float s = amax / 127.0f;
-    if (s == 0) continue;
-    for (size_t i = i0; i < i1; ++i) y[i] = std::nearbyint(y[i] * (1.0f / s)) * s;
-  }
-  return y;
 }
 
 // One weight of the checkpoint, quantized (quantize_rtn) and dequantized to f32.
