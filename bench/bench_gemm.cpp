@@ -3,7 +3,7 @@
 // the multiply-add peak above a few rows) and prefill (M=512: bound by the peak), against this
 // machine's ceilings measured in the same run.
 //
-//   bench_gemm [--threads N] [--avx2]
+//   bench_gemm [--threads N] [--avx2 | --isa avx2_fma|avx512_fma|avx512_bf16]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -39,6 +39,18 @@ double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+// A kernel set by its gemm_isa_name, if this CPU runs it.
+bool parse_isa(const std::string& name, GemmIsa* isa) {
+  for (GemmIsa i : {GemmIsa::AVX2, GemmIsa::AVX512_FMA, GemmIsa::AVX512_BF16}) {
+    const bool runs = i == GemmIsa::AVX2 || (i == GemmIsa::AVX512_FMA ? cpu_has_avx512() : cpu_has_avx512_bf16());
+    if (name == gemm_isa_name(i) && runs) {
+      *isa = i;
+      return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -50,8 +62,10 @@ int main(int argc, char** argv) {
       threads = std::atoi(argv[++i]);
     else if (a == "--avx2")
       isa = GemmIsa::AVX2;
+    else if (a == "--isa" && i + 1 < argc && parse_isa(argv[i + 1], &isa))
+      ++i;
     else {
-      std::fprintf(stderr, "usage: bench_gemm [--threads N] [--avx2]\n");
+      std::fprintf(stderr, "usage: bench_gemm [--threads N] [--avx2 | --isa avx2_fma|avx512_fma|avx512_bf16]\n");
       return 2;
     }
   }

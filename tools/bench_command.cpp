@@ -118,24 +118,6 @@ void add_bench(CLI::App& app, Commands& commands) {
     warm.max_tokens = 16;
     llm.generate(std::vector<std::vector<int32_t>>{{1, 2, 3, 4, 5, 6, 7, 8}}, {warm});
 
-    Ceilings ceilings;
-    cpu::Ceiling bw_ceiling, peak_ceiling;
-    if (engine.backend().device() == DeviceKind::CPU) {
-      cpu::ThreadPool pool(a->config.num_threads > 0 ? a->config.num_threads
-                                                     : int(std::thread::hardware_concurrency()));
-      // The peak of the instructions the engine's GEMM runs (its backend's ISA).
-      const auto* cpu_backend = dynamic_cast<const cpu::CpuBackend*>(&engine.backend());
-      const cpu::GemmIsa isa = cpu_backend ? cpu_backend->gemm_isa() : cpu::detect_gemm_isa();
-      std::fprintf(stderr, "machine while measuring: %s\n", cpu::machine_load().c_str());
-      bw_ceiling = cpu::measure_read_bandwidth(pool);
-      peak_ceiling = cpu::measure_gemm_peak(pool, isa);
-      ceilings.bandwidth_gbs = bw_ceiling.best;
-      ceilings.peak_gflops = peak_ceiling.best;
-      ceilings.peak_name = std::string(cpu::gemm_peak_name(isa)) + " peak";
-      std::fprintf(stderr, "ceilings measured now: read bandwidth %s\n  %s: %s\n",
-                   cpu::describe(bw_ceiling, "GB/s").c_str(), ceilings.peak_name.c_str(),
-                   cpu::describe(peak_ceiling, "GFLOP/s").c_str());
-    }
     // The decoder linears' format: --quantization's, or the checkpoint's own (its table stays
     // as stored, bf16).
     const CheckpointQuantization& cq = mc.quantization_config;
@@ -145,6 +127,30 @@ void add_bench(CLI::App& app, Commands& commands) {
       quant = {int4 ? QuantFormat::Int4 : QuantFormat::Int8,
                cq.method == CheckpointQuantMethod::Fp8 ? cq.block_k : cq.group_size};
       table = {};
+    }
+    Ceilings ceilings;
+    cpu::Ceiling bw_ceiling, peak_ceiling;
+    if (engine.backend().device() == DeviceKind::CPU) {
+      cpu::ThreadPool pool(a->config.num_threads > 0 ? a->config.num_threads
+                                                     : int(std::thread::hardware_concurrency()));
+      // The peak of the instructions the engine's GEMM runs (its backend's ISA): for quantized
+      // decoder linears the integer dot product of their format (G ops/s, 2 a multiply-add).
+      const auto* cpu_backend = dynamic_cast<const cpu::CpuBackend*>(&engine.backend());
+      const cpu::GemmIsa isa = cpu_backend ? cpu_backend->gemm_isa() : cpu::detect_gemm_isa();
+      const cpu::QGemmIsa qisa =
+          cpu_backend ? cpu_backend->qgemm_isa() : cpu::select_qgemm_isa(cpu::cpu_isa_from_env());
+      std::fprintf(stderr, "machine while measuring: %s\n", cpu::machine_load().c_str());
+      bw_ceiling = cpu::measure_read_bandwidth(pool);
+      peak_ceiling = quant.enabled() ? cpu::measure_qgemm_peak(pool, qisa, quant.format)
+                                     : cpu::measure_gemm_peak(pool, isa);
+      ceilings.bandwidth_gbs = bw_ceiling.best;
+      ceilings.peak_gflops = peak_ceiling.best;
+      ceilings.peak_name = std::string(quant.enabled() ? cpu::qgemm_peak_name(qisa, quant.format)
+                                                       : cpu::gemm_peak_name(isa)) +
+                           " peak";
+      std::fprintf(stderr, "ceilings measured now: read bandwidth %s\n  %s: %s\n",
+                   cpu::describe(bw_ceiling, "GB/s").c_str(), ceilings.peak_name.c_str(),
+                   cpu::describe(peak_ceiling, quant.enabled() ? "G ops/s" : "GFLOP/s").c_str());
     }
     const int64_t step_weight_bytes = weight_bytes_per_decode_step(mc, quant, table);
     const double weight_gb = double(step_weight_bytes) / 1e9;

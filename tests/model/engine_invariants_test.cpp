@@ -124,7 +124,7 @@ TEST_F(Invariants, Bf16PrefillAttentionKeepsTheInvariants) {
   const std::string keep = saved ? saved : "";
   setenv("NANOVLLM_PREFILL_ATTENTION", "bf16", 1);
   // Asked for where it cannot run (no AVX-512 BF16, or NANOVLLM_CPU_ISA=avx2): a clear error.
-  if (cpu::detect_gemm_isa() != cpu::GemmIsa::AVX512_BF16) {
+  if (!cpu::bf16_prefill_available(cpu::cpu_isa_from_env())) {
     EXPECT_THROW(LLM probe(config), Error);
   } else {
     LLM probe(config);

@@ -102,7 +102,7 @@ class CpuOps : public ::testing::Test {
   std::vector<std::unique_ptr<cpu::CpuBackend>> prefill_backends() const {
     std::vector<std::unique_ptr<cpu::CpuBackend>> out;
     out.push_back(std::make_unique<cpu::CpuBackend>(2, std::nullopt, false));
-    if (cpu::detect_gemm_isa() == cpu::GemmIsa::AVX512_BF16)
+    if (cpu::bf16_prefill_available(cpu::cpu_isa_from_env()))
       out.push_back(std::make_unique<cpu::CpuBackend>(2, std::nullopt, true));
     return out;
   }
@@ -540,11 +540,18 @@ TEST(CpuIsa, EnvironmentVariableSelectsKernels) {
     EXPECT_EQ(cpu::detect_gemm_isa(), cpu::GemmIsa::AVX2);
   }
   setenv("NANOVLLM_CPU_ISA", "avx512", 1);
-  if (cpu::cpu_has_avx512_bf16()) {
+  if (cpu::cpu_has_avx512()) {  // the faster AVX-512 GEMM of this core (vdpbf16ps or FMA)
     cpu::CpuBackend b(1);
-    EXPECT_EQ(b.gemm_isa(), cpu::GemmIsa::AVX512_BF16);
+    EXPECT_EQ(b.gemm_isa(), cpu::select_gemm_isa(cpu::CpuIsa::Auto));
+    EXPECT_NE(b.gemm_isa(), cpu::GemmIsa::AVX2);
+    if (!cpu::cpu_has_avx512_bf16()) {
+      EXPECT_EQ(b.gemm_isa(), cpu::GemmIsa::AVX512_FMA);
+    }
     EXPECT_TRUE(b.decode_avx512());
-    EXPECT_NE(b.describe().find("gemm avx512_bf16, decode attention avx512"), std::string::npos) << b.describe();
+    EXPECT_NE(b.describe().find(std::string("gemm ") + cpu::gemm_isa_name(b.gemm_isa()) +
+                                ", decode attention avx512"),
+              std::string::npos)
+        << b.describe();
   } else {
     EXPECT_THROW(cpu::CpuBackend(1), Error);
   }

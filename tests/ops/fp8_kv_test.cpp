@@ -215,7 +215,7 @@ TEST(Fp8KvCache, StoreKvWritesRoundedCodes) {
 TEST(Fp8KvCache, AttentionMatchesRoundedReferenceBothIsas) {
   std::mt19937 rng(11);
   // Auto (f32 prefill matmuls), Auto with the opt-in bf16 prefill kernel, and AVX2.
-  const bool bf16 = cpu::detect_gemm_isa() == cpu::GemmIsa::AVX512_BF16;
+  const bool bf16 = cpu::bf16_prefill_available(cpu::cpu_isa_from_env());
   for (auto [isa, prefill_bf16] : {std::pair{cpu::CpuIsa::Auto, false}, std::pair{cpu::CpuIsa::Auto, bf16},
                                    std::pair{cpu::CpuIsa::AVX2, false}}) {
     cpu::CpuBackend be(2, isa, prefill_bf16);
@@ -248,7 +248,7 @@ TEST(Fp8KvCache, AttentionMatchesRoundedReferenceBothIsas) {
 TEST(Fp8KvCache, DecodeDoesNotDependOnTheBatch) {
   std::mt19937 rng(5);
   // Auto (f32 prefill matmuls), Auto with the opt-in bf16 prefill kernel, and AVX2.
-  const bool bf16 = cpu::detect_gemm_isa() == cpu::GemmIsa::AVX512_BF16;
+  const bool bf16 = cpu::bf16_prefill_available(cpu::cpu_isa_from_env());
   for (auto [isa, prefill_bf16] : {std::pair{cpu::CpuIsa::Auto, false}, std::pair{cpu::CpuIsa::Auto, bf16},
                                    std::pair{cpu::CpuIsa::AVX2, false}}) {
     cpu::CpuBackend be(2, isa, prefill_bf16);

@@ -10,8 +10,10 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <atomic>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -21,6 +23,7 @@
 #include <vector>
 
 #include "runtime/tensor.h"
+#include "util/check.h"
 #include "reference/gemm_reference.h"
 
 namespace nanovllm::cpu {
@@ -33,9 +36,11 @@ std::unique_ptr<void, AlignedFree> packed_alloc(int64_t n, int64_t k) {
   return {::operator new(packed_weight_bytes(n, k), std::align_val_t(64)), {}};
 }
 
+// Every kernel set this CPU can run (not only the one select_gemm_isa picks).
 std::vector<GemmIsa> isas() {
   std::vector<GemmIsa> v{GemmIsa::AVX2};
-  if (detect_gemm_isa() == GemmIsa::AVX512_BF16) v.push_back(GemmIsa::AVX512_BF16);
+  if (cpu_has_avx512()) v.push_back(GemmIsa::AVX512_FMA);
+  if (cpu_has_avx512_bf16()) v.push_back(GemmIsa::AVX512_BF16);
   return v;
 }
 
@@ -233,6 +238,47 @@ TEST(Gemm, RowsDoNotDependOnBatchSize) {
           << gemm_isa_name(isa) << " m=" << m;
     }
   }
+}
+
+// The AVX-512 FMA kernels run the AVX2 kernels' operations in the same order per column: the same
+// bits on every path (wide tiles, blocked tiles, partial blocks, bias, several threads).
+TEST(Gemm, Avx512FmaEqualsAvx2BitForBit) {
+  std::printf("this CPU runs the %s GEMM kernels; select_gemm_isa picks %s\n",
+              cpu_has_avx512_bf16() ? "AVX2, AVX-512 FMA and AVX-512 BF16"
+              : cpu_has_avx512()    ? "AVX2 and AVX-512 FMA"
+                                    : "AVX2",
+              gemm_isa_name(select_gemm_isa(CpuIsa::Auto)));
+  if (!cpu_has_avx512()) return;  // nothing to compare (the AVX2 kernels are checked above)
+  std::mt19937 rng(31);
+  ThreadPool pool(3);
+  for (auto [m, n, k] : std::vector<std::array<int64_t, 3>>{
+           {1, 77, 300}, {5, 129, 257}, {16, 300, 1030}, {33, 48, 64}, {49, 70, 515}, {130, 40, 700}}) {
+    Problem p = make_problem(m, n, k, rng);
+    auto packed = packed_alloc(n, k);
+    pack_weight(packed.get(), p.w.data(), n, k);
+    std::vector<float> a(size_t(m * n)), b(size_t(m * n));
+    gemm({a.data(), n, p.x.data(), p.ldx, packed.get(), p.bias.data(), m, n, k}, pool, GemmIsa::AVX2);
+    gemm({b.data(), n, p.x.data(), p.ldx, packed.get(), p.bias.data(), m, n, k}, pool,
+         GemmIsa::AVX512_FMA);
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0) << m << " x " << n << " x " << k;
+  }
+}
+
+// NANOVLLM_CPU_ISA's GEMM choice: avx2 keeps AVX2; auto and avx512 take an AVX-512 kernel set
+// where the CPU has AVX-512 (avx512 is an Error where it has not).
+TEST(Gemm, IsaSelection) {
+  EXPECT_EQ(select_gemm_isa(CpuIsa::AVX2), GemmIsa::AVX2);
+  const GemmIsa best = select_gemm_isa(CpuIsa::Auto);
+  if (!cpu_has_avx512()) {
+    EXPECT_EQ(best, GemmIsa::AVX2);
+    EXPECT_THROW(select_gemm_isa(CpuIsa::AVX512), Error);
+    return;
+  }
+  EXPECT_EQ(select_gemm_isa(CpuIsa::AVX512), best);
+  if (!cpu_has_avx512_bf16()) {
+    EXPECT_EQ(best, GemmIsa::AVX512_FMA);
+  }
+  EXPECT_NE(best, GemmIsa::AVX2);
 }
 
 TEST(Gemm, RoundsXToNearestEven) {

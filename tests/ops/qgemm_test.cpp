@@ -7,12 +7,16 @@
 // multiplies as the reference. Integer sums are exact; the f32 flushes and final scaling add a
 // few ulps of sum_k |x_k w_k| (1e-5 of it covers them, and sums that are exactly zero get 1e-6).
 // A kernel that mixes up columns, nibbles, groups or scales errs by whole terms, far beyond that.
+// Every check runs the AVX2 tiles and, on a CPU with AVX-512 VNNI, the AVX-512 ones, which must
+// also equal the AVX2 ones bit for bit.
 #include "backend/cpu/qgemm.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <new>
@@ -21,6 +25,7 @@
 
 #include "runtime/quant.h"
 #include "runtime/tensor.h"
+#include "util/check.h"
 
 namespace nanovllm::cpu {
 namespace {
@@ -47,6 +52,13 @@ Packed make_weight(int64_t n, int64_t k, QuantScheme scheme, std::mt19937& rng) 
   return p;
 }
 
+// The tile sets this CPU runs: AVX2 always, AVX-512 VNNI where present.
+std::vector<QGemmIsa> isas() {
+  std::vector<QGemmIsa> v = {QGemmIsa::AVX2};
+  if (select_qgemm_isa(CpuIsa::Auto) == QGemmIsa::AVX512_VNNI) v.push_back(QGemmIsa::AVX512_VNNI);
+  return v;
+}
+
 std::vector<QuantScheme> schemes() {
   return {{QuantFormat::Int8, 0},  {QuantFormat::Int8, 32},  {QuantFormat::Int8, 128},
           {QuantFormat::Int4, 32},  {QuantFormat::Int4, 64},  {QuantFormat::Int4, 128}};
@@ -54,12 +66,12 @@ std::vector<QuantScheme> schemes() {
 
 // Runs qgemm on x [m, k] (row stride ldx) and checks every output; returns the mismatches.
 int check(const Packed& w, const std::vector<float>& x, int64_t m, int64_t ldx,
-          const std::vector<uint16_t>* bias, ThreadPool& pool, GemmScratch* scratch) {
+          const std::vector<uint16_t>* bias, ThreadPool& pool, GemmScratch* scratch, QGemmIsa isa) {
   const int64_t n = w.q.n, k = w.q.k, ldo = n + 3;
   std::vector<float> out(size_t(m * ldo), 777.0f);
   qgemm({out.data(), ldo, x.data(), ldx, w.data.get(), &w.layout, bias ? bias->data() : nullptr, m,
          scratch},
-        pool);
+        pool, isa);
   int bad = 0;
   const bool int4 = w.q.scheme.format == QuantFormat::Int4;
   std::vector<double> sx(static_cast<size_t>(k));  // int8 weights: x's step at each k
@@ -94,7 +106,7 @@ int check(const Packed& w, const std::vector<float>& x, int64_t m, int64_t ldx,
       }
       const double tol = xerr * 1.001 + 1e-5 * mag + 1e-6;
       if (!(std::fabs(got - want) <= tol) && ++bad <= 3) {
-        ADD_FAILURE() << quantization_name(w.q.scheme) << " m=" << m << " n=" << n << " k=" << k
+        ADD_FAILURE() << quantization_name(w.q.scheme) << " " << qgemm_isa_name(isa) << " m=" << m << " n=" << n << " k=" << k
                       << " threads=" << pool.size() << " at [" << i << ", " << j << "]: got "
                       << got << ", want " << want << " (tolerance " << tol << ")";
       }
@@ -124,10 +136,13 @@ TEST(QGemm, MatchesDequantizedReference) {
       for (int64_t m : {1, 2, 3, 4, 5, 9, 33, 70}) {
         const int64_t ldx = k + 3;
         std::vector<float> x = random_x(m, ldx, rng);
-        for (ThreadPool* pool : {&pool1, &pool3}) {
-          const bool with_bias = (m + n) % 2 == 0;
-          if (check(w, x, m, ldx, with_bias ? &bias : nullptr, *pool, pool == &pool1 ? &scratch : nullptr) > 0) {
-            return;
+        for (QGemmIsa isa : isas()) {
+          for (ThreadPool* pool : {&pool1, &pool3}) {
+            const bool with_bias = (m + n) % 2 == 0;
+            if (check(w, x, m, ldx, with_bias ? &bias : nullptr, *pool,
+                      pool == &pool1 ? &scratch : nullptr, isa) > 0) {
+              return;
+            }
           }
         }
       }
@@ -135,7 +150,8 @@ TEST(QGemm, MatchesDequantizedReference) {
   }
 }
 
-// A row's outputs are bitwise the same alone or in any batch, on any number of threads.
+// A row's outputs are bitwise the same alone or in any batch, on any number of threads, with the
+// AVX2 or the AVX-512 VNNI tiles.
 TEST(QGemm, RowsDoNotDependOnBatchOrThreads) {
   std::mt19937 rng(8);
   ThreadPool pool1(1), pool2(2), pool5(5);
@@ -144,18 +160,23 @@ TEST(QGemm, RowsDoNotDependOnBatchOrThreads) {
     Packed w = make_weight(n, k, s, rng);
     std::vector<float> x = random_x(m, k, rng);
     std::vector<float> batch(size_t(m * n));
-    qgemm({batch.data(), n, x.data(), k, w.data.get(), &w.layout, nullptr, m, nullptr}, pool2);
-    for (ThreadPool* pool : {&pool1, &pool5}) {
-      std::vector<float> again(size_t(m * n));
-      qgemm({again.data(), n, x.data(), k, w.data.get(), &w.layout, nullptr, m, nullptr}, *pool);
-      EXPECT_EQ(0, std::memcmp(again.data(), batch.data(), batch.size() * 4))
-          << quantization_name(s) << " threads " << pool->size();
-    }
-    for (int64_t i = 0; i < m; i += 6) {
-      std::vector<float> one(static_cast<size_t>(n));
-      qgemm({one.data(), n, x.data() + i * k, k, w.data.get(), &w.layout, nullptr, 1, nullptr}, pool2);
-      EXPECT_EQ(0, std::memcmp(one.data(), batch.data() + i * n, size_t(n) * 4))
-          << quantization_name(s) << " row " << i;
+    qgemm({batch.data(), n, x.data(), k, w.data.get(), &w.layout, nullptr, m, nullptr}, pool2,
+          QGemmIsa::AVX2);
+    for (QGemmIsa isa : isas()) {  // every tile set, against the AVX2 batch
+      for (ThreadPool* pool : {&pool1, &pool2, &pool5}) {
+        std::vector<float> again(size_t(m * n));
+        qgemm({again.data(), n, x.data(), k, w.data.get(), &w.layout, nullptr, m, nullptr}, *pool,
+              isa);
+        EXPECT_EQ(0, std::memcmp(again.data(), batch.data(), batch.size() * 4))
+            << quantization_name(s) << " " << qgemm_isa_name(isa) << " threads " << pool->size();
+      }
+      for (int64_t i = 0; i < m; i += 6) {
+        std::vector<float> one(static_cast<size_t>(n));
+        qgemm({one.data(), n, x.data() + i * k, k, w.data.get(), &w.layout, nullptr, 1, nullptr},
+              pool2, isa);
+        EXPECT_EQ(0, std::memcmp(one.data(), batch.data() + i * n, size_t(n) * 4))
+            << quantization_name(s) << " " << qgemm_isa_name(isa) << " row " << i;
+      }
     }
   }
 }
@@ -169,11 +190,14 @@ TEST(QGemm, NonFiniteRowStaysInItsRow) {
     Packed w = make_weight(n, k, s, rng);
     std::vector<float> x = random_x(m, k, rng);
     x[size_t(k + 7)] = std::numeric_limits<float>::infinity();
-    std::vector<float> out(size_t(m * n));
-    qgemm({out.data(), n, x.data(), k, w.data.get(), &w.layout, nullptr, m, nullptr}, pool);
-    for (int64_t j = 0; j < n; ++j) {
-      EXPECT_TRUE(std::isnan(out[size_t(n + j)])) << quantization_name(s) << " column " << j;
-      EXPECT_TRUE(std::isfinite(out[size_t(j)]) && std::isfinite(out[size_t(2 * n + j)]));
+    for (QGemmIsa isa : isas()) {
+      std::vector<float> out(size_t(m * n));
+      qgemm({out.data(), n, x.data(), k, w.data.get(), &w.layout, nullptr, m, nullptr}, pool, isa);
+      for (int64_t j = 0; j < n; ++j) {
+        EXPECT_TRUE(std::isnan(out[size_t(n + j)]))
+            << quantization_name(s) << " " << qgemm_isa_name(isa) << " column " << j;
+        EXPECT_TRUE(std::isfinite(out[size_t(j)]) && std::isfinite(out[size_t(2 * n + j)]));
+      }
     }
   }
 }
@@ -195,13 +219,30 @@ TEST(QGemm, UnpackRowIsTheDequantizedRow) {
   }
 }
 
+// NANOVLLM_CPU_ISA's choice: avx2 keeps the AVX2 tiles; auto takes AVX-512 VNNI where the CPU
+// has it; avx512 demands it.
+TEST(QGemm, IsaSelection) {
+  __builtin_cpu_init();
+  const bool vnni = cpu_has_avx512() && __builtin_cpu_supports("avx512vnni");
+  std::printf("this CPU runs the %s quantized tiles\n", vnni ? "AVX2 and AVX-512 VNNI" : "AVX2");
+  EXPECT_EQ(select_qgemm_isa(CpuIsa::AVX2), QGemmIsa::AVX2);
+  EXPECT_EQ(select_qgemm_isa(CpuIsa::Auto), vnni ? QGemmIsa::AVX512_VNNI : QGemmIsa::AVX2);
+  if (vnni) {
+    EXPECT_EQ(select_qgemm_isa(CpuIsa::AVX512), QGemmIsa::AVX512_VNNI);
+  } else {
+    EXPECT_THROW(select_qgemm_isa(CpuIsa::AVX512), Error);
+  }
+}
+
 TEST(QGemm, EmptyBatchWritesNothing) {
   std::mt19937 rng(2);
   ThreadPool pool(2);
   Packed w = make_weight(16, 64, {QuantFormat::Int4, 32}, rng);
-  float out = 5.0f;
-  qgemm({&out, 16, nullptr, 64, w.data.get(), &w.layout, nullptr, 0, nullptr}, pool);
-  EXPECT_EQ(out, 5.0f);
+  for (QGemmIsa isa : isas()) {
+    float out = 5.0f;
+    qgemm({&out, 16, nullptr, 64, w.data.get(), &w.layout, nullptr, 0, nullptr}, pool, isa);
+    EXPECT_EQ(out, 5.0f);
+  }
 }
 
 }  // namespace

@@ -49,17 +49,19 @@ void check_embedding(const Tensor& out, const Tensor& ids, const LinearWeight& t
 CpuBackend::CpuBackend(int num_threads, std::optional<CpuIsa> isa, std::optional<bool> prefill_bf16)
     : pool_(resolve_threads(num_threads)),
       gemm_isa_(select_gemm_isa(isa ? *isa : cpu_isa_from_env())),
+      qgemm_isa_(select_qgemm_isa(isa ? *isa : cpu_isa_from_env())),
       decode_avx512_((isa ? *isa : cpu_isa_from_env()) != CpuIsa::AVX2 && cpu_has_avx512()),
       prefill_bf16_(prefill_bf16 ? *prefill_bf16 : prefill_bf16_from_env()) {
-  if (prefill_bf16_ && gemm_isa_ != GemmIsa::AVX512_BF16)
+  if (prefill_bf16_ && !bf16_prefill_available(isa ? *isa : cpu_isa_from_env()))
     fail("the bf16 prefill attention (NANOVLLM_PREFILL_ATTENTION=bf16) needs AVX-512 BF16, which "
          "this CPU lacks or NANOVLLM_CPU_ISA=avx2 turned off");
 }
 
-// e.g. "cpu (gemm avx512_bf16, decode attention avx512, 2 threads)".
+// e.g. "cpu (gemm avx512_bf16, decode attention avx512, quantized gemm avx512_vnni, 2 threads)".
 std::string CpuBackend::describe() const {
-  return fmt::format("cpu (gemm {}, decode attention {}{}, {} thread{})", gemm_isa_name(gemm_isa_),
-                     decode_avx512_ ? "avx512" : "avx2",
+  return fmt::format("cpu (gemm {}, decode attention {}, quantized gemm {}{}, {} thread{})",
+                     gemm_isa_name(gemm_isa_), decode_avx512_ ? "avx512" : "avx2",
+                     qgemm_isa_name(qgemm_isa_),
                      prefill_bf16_ ? ", prefill attention bf16" : "", pool_.size(),
                      pool_.size() == 1 ? "" : "s");
 }
@@ -247,7 +249,7 @@ void CpuBackend::linear_on(ThreadPool& pool, GemmScratch& scratch, Tensor out, T
     const QuantLayout layout = quant_layout(w.quant, w.n, w.k);
     qgemm({out.ptr<float>(), out.stride[0], x.ptr<const float>(), x.stride[0], w.data.data,
            &layout, bias_ptr, x.shape[0], &scratch},
-          pool);
+          pool, qgemm_isa_);
     return;
   }
   GemmArgs args{out.ptr<float>(), out.stride[0], x.ptr<const float>(),

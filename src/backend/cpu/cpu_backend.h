@@ -18,6 +18,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/gemm.h"
+#include "backend/cpu/qgemm.h"
 #include "backend/cpu/thread_pool.h"
 
 namespace nanovllm::cpu {
@@ -27,7 +28,7 @@ class CpuBackend : public Backend {
   // num_threads 0 = std::thread::hardware_concurrency(); isa: the kernels to run (nullopt:
   // NANOVLLM_CPU_ISA, isa.h). Throws Error when the CPU cannot run the ISA asked for.
   // prefill_bf16: the bf16 prefill attention (unset: NANOVLLM_PREFILL_ATTENTION, isa.h); it
-  // needs the AVX-512 BF16 GEMM ISA (an Error otherwise).
+  // needs AVX-512 BF16 and an isa other than AVX2 (an Error otherwise).
   explicit CpuBackend(int num_threads = 0, std::optional<CpuIsa> isa = std::nullopt,
                       std::optional<bool> prefill_bf16 = std::nullopt);
 
@@ -36,6 +37,7 @@ class CpuBackend : public Backend {
   DType activation_dtype() const override { return DType::F32; }
   int num_threads() const { return pool_.size(); }
   GemmIsa gemm_isa() const { return gemm_isa_; }
+  QGemmIsa qgemm_isa() const { return qgemm_isa_; }
   // Whether attention_decode may take the AVX-512 kernels (for head_dim 64/128 and a multiple of
   // 16 query heads; other shapes run the AVX2 ones).
   bool decode_avx512() const { return decode_avx512_; }
@@ -92,6 +94,7 @@ class CpuBackend : public Backend {
 
   ThreadPool pool_;
   GemmIsa gemm_isa_;
+  QGemmIsa qgemm_isa_;
   GemmScratch gemm_scratch_;  // the GEMMs' packed x, grown to the largest step's
   Buffer moe_scratch_;        // fused_moe's gathered rows and expert activations, grown as needed
   std::vector<std::unique_ptr<ExpertLane>> expert_lanes_;  // made on fused_moe's first use

@@ -1,5 +1,6 @@
 // The GEMM driver: weight packing, x packing, cache blocking and threading around the ISA
-// register tiles of gemm_avx512.cpp / gemm_avx2.cpp (layouts in gemm_internal.h).
+// register tiles of gemm_avx512.cpp / gemm_avx512_fma.cpp / gemm_avx2.cpp (layouts in
+// gemm_internal.h).
 #include "backend/cpu/gemm.h"
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include <new>
 
 #include "backend/cpu/gemm_internal.h"
+#include "backend/cpu/roofline.h"
 #include "runtime/tensor.h"
 #include "util/check.h"
 
@@ -159,10 +161,13 @@ GemmIsa select_gemm_isa(CpuIsa want) {
   __builtin_cpu_init();
   if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))
     fail("the CPU backend needs AVX2 and FMA, which this CPU lacks");
-  if (want == CpuIsa::AVX512 && !cpu_has_avx512_bf16())
-    fail("NANOVLLM_CPU_ISA=avx512: this CPU lacks AVX-512 F/BW/VL/DQ/BF16 (use avx2 or auto)");
-  if (want != CpuIsa::AVX2 && cpu_has_avx512_bf16()) return GemmIsa::AVX512_BF16;
-  return GemmIsa::AVX2;
+  if (want == CpuIsa::AVX512 && !cpu_has_avx512())
+    fail("NANOVLLM_CPU_ISA=avx512: this CPU lacks AVX-512 F/BW/VL/DQ (use avx2 or auto)");
+  if (want == CpuIsa::AVX2 || !cpu_has_avx512()) return GemmIsa::AVX2;
+  if (!cpu_has_avx512_bf16()) return GemmIsa::AVX512_FMA;
+  // Measured once per process: the choice is the core's, and the same for every backend.
+  static const bool dot = bf16_dot_outruns_fma512();
+  return dot ? GemmIsa::AVX512_BF16 : GemmIsa::AVX512_FMA;
 }
 
 GemmIsa detect_gemm_isa() { return select_gemm_isa(cpu_isa_from_env()); }
@@ -171,6 +176,8 @@ const char* gemm_isa_name(GemmIsa isa) {
   switch (isa) {
     case GemmIsa::AVX512_BF16:
       return "avx512_bf16";
+    case GemmIsa::AVX512_FMA:
+      return "avx512_fma";
     case GemmIsa::AVX2:
       return "avx2_fma";
   }
@@ -228,8 +235,9 @@ void gemm(const GemmArgs& a, ThreadPool& pool, GemmIsa isa) {
   NV_CHECK((reinterpret_cast<uintptr_t>(a.packed_w) & 63) == 0,
            "packed weight must be 64-byte aligned (the kernels use aligned loads)");
   if (a.m == 0) return;
-  const detail::KernelSet& ks =
-      isa == GemmIsa::AVX512_BF16 ? detail::avx512_bf16_kernels() : detail::avx2_kernels();
+  const detail::KernelSet& ks = isa == GemmIsa::AVX512_BF16  ? detail::avx512_bf16_kernels()
+                                : isa == GemmIsa::AVX512_FMA ? detail::avx512_fma_kernels()
+                                                             : detail::avx2_kernels();
   if (ks.tile_wide && a.m >= ks.wide_min_m && a.m <= ks.wide_max_m) {
     gemm_wide(a, pool, ks);
     return;

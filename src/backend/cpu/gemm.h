@@ -1,8 +1,10 @@
 #pragma once
 // The CPU GEMM: out[M, N] = x[M, K] @ w[N, K]^T (+ bias), x f32, w bf16 pre-packed, fp32
-// accumulation. Kernels: AVX-512 BF16 (vdpbf16ps) where the CPU has it, AVX2+FMA otherwise,
-// chosen once at runtime (NANOVLLM_CPU_ISA overrides, isa.h). x is rounded to bf16 inside the
-// kernel (as a bf16 GEMM does).
+// accumulation. Kernels, chosen once at runtime (NANOVLLM_CPU_ISA overrides, isa.h): on AVX-512
+// BF16 CPUs vdpbf16ps or, where the core runs that slower than FMAs (Intel's Sapphire / Emerald
+// Rapids), vfmadd231ps zmm on widened weights; the latter on other AVX-512 CPUs; AVX2+FMA
+// otherwise. x is rounded to bf16 inside the kernel (as a bf16 GEMM does). The AVX-512 FMA and
+// AVX2 kernels give the same bits.
 #include <cstddef>
 #include <cstdint>
 
@@ -11,7 +13,7 @@
 
 namespace nanovllm::cpu {
 
-enum class GemmIsa { AVX512_BF16, AVX2 };
+enum class GemmIsa { AVX512_BF16, AVX512_FMA, AVX2 };
 // The kernels for `want` (Auto: the best the CPU has). Error when the CPU cannot run them.
 GemmIsa select_gemm_isa(CpuIsa want);
 GemmIsa detect_gemm_isa();  // select_gemm_isa(cpu_isa_from_env())

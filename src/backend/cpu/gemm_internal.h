@@ -72,6 +72,7 @@ struct KernelSet {
 };
 
 const KernelSet& avx512_bf16_kernels();
+const KernelSet& avx512_fma_kernels();
 const KernelSet& avx2_kernels();
 
 }  // namespace nanovllm::cpu::detail

@@ -48,4 +48,6 @@ bool cpu_has_avx512() {
 
 bool cpu_has_avx512_bf16() { return cpu_has_avx512() && __builtin_cpu_supports("avx512bf16"); }
 
+bool bf16_prefill_available(CpuIsa want) { return want != CpuIsa::AVX2 && cpu_has_avx512_bf16(); }
+
 }  // namespace nanovllm::cpu

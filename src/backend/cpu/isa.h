@@ -1,6 +1,7 @@
 #pragma once
-// Which x86 kernels the CPU backend runs. By default the best the CPU has (AVX-512 BF16 GEMM
-// and AVX-512 decode attention where available, AVX2+FMA otherwise); the environment variable
+// Which x86 kernels the CPU backend runs. By default the best the CPU has (AVX-512 GEMMs, the
+// bf16 one's instruction picked by measurement (gemm.h), and AVX-512 decode attention where
+// available, AVX2+FMA otherwise); the environment variable
 // NANOVLLM_CPU_ISA=avx2 forces the AVX2 kernels everywhere (to test or compare them on an
 // AVX-512 machine) and NANOVLLM_CPU_ISA=avx512 demands the AVX-512 ones (an Error on a CPU
 // without them). "auto" or unset: detect. Any other value: an Error naming the accepted ones.
@@ -23,9 +24,12 @@ const char* cpu_isa_name(CpuIsa isa);
 // tiny models). Anything else throws Error naming the accepted values.
 bool prefill_bf16_from_env();
 
-// What the CPU can run: AVX-512 F/BW/VL/DQ (the decode-attention kernels) and, on top,
-// AVX-512 BF16 (the GEMM).
+// What the CPU can run: AVX-512 F/BW/VL/DQ (the decode-attention kernels and the FMA GEMM) and,
+// on top, AVX-512 BF16 (the vdpbf16ps GEMM, the bf16 prefill attention).
 bool cpu_has_avx512();
 bool cpu_has_avx512_bf16();
+// Whether the bf16 prefill attention may run under `want`: AVX-512 BF16, not turned off by
+// NANOVLLM_CPU_ISA=avx2 (whichever AVX-512 GEMM the CPU takes).
+bool bf16_prefill_available(CpuIsa want);
 
 }  // namespace nanovllm::cpu

@@ -32,6 +32,7 @@
 #include <cstdint>
 
 #include "backend/cpu/gemm.h"
+#include "backend/cpu/isa.h"
 #include "backend/cpu/thread_pool.h"
 #include "runtime/quant.h"
 
@@ -74,7 +75,15 @@ struct QGemmArgs {
   int64_t m;
   GemmScratch* scratch;  // the quantized x
 };
-void qgemm(const QGemmArgs& args, ThreadPool& pool);
+// The tiles qgemm runs: AVX2 (vpmaddwd / vpmaddubsw on 8 columns), or AVX-512 VNNI (vpdpwssd /
+// vpdpbusd on 16 columns, qgemm_avx512.cpp); both give the same bits.
+enum class QGemmIsa { AVX2, AVX512_VNNI };
+// AVX512_VNNI where the CPU has AVX-512 F/BW/VL/DQ and VNNI, unless want is AVX2; want AVX512 on
+// a CPU without them throws Error.
+QGemmIsa select_qgemm_isa(CpuIsa want);
+const char* qgemm_isa_name(QGemmIsa isa);  // "avx2", "avx512_vnni"
+
+void qgemm(const QGemmArgs& args, ThreadPool& pool, QGemmIsa isa);
 
 namespace detail {
 
@@ -108,6 +117,8 @@ void quantize_x_i8(const float* x, int64_t k, const QuantLayout& l, int8_t* q, f
 // The AVX2 tile for `rows` rows and `blocks` blocks of 8 columns.
 using QTileFn = void (*)(const QTile&);
 QTileFn avx2_qtile(QuantScheme scheme, int rows, int blocks);
+// The AVX-512 VNNI tile for `rows` rows and `blocks` blocks (in pairs: 1-2 blocks, or 3-4).
+QTileFn avx512_qtile(QuantScheme scheme, int rows, int blocks);
 
 }  // namespace detail
 }  // namespace nanovllm::cpu

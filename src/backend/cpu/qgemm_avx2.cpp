@@ -5,8 +5,10 @@
 // ends in f32 (grouped: scale * sum; per row: the sum, its scale at the end).
 // int4 weights: per 8 k, a mask and a shift give each block's 4-bit codes as bytes, which
 // vpmaddubsw multiplies by the row's broadcast 4 int8 x codes: 16 int16 sums of 2 products per
-// instruction, accumulated in int16 over up to 32 k, then widened by vpmaddwd with ones and
-// scaled into f32; each group ends with - zero * scale * (the x scale times its code sum).
+// instruction, accumulated in int16 over up to 32 k, then widened by vpmaddwd with ones into the
+// group's int32 sums; each group ends in f32 as sum * scale * x scale - zero * scale * (the x
+// scale times its code sum). The AVX-512 VNNI tiles (qgemm_avx512.cpp) flush the same sums the
+// same way: both paths give the same bits.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -147,6 +149,10 @@ void qtile_i4(const QTile& t) {
           _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(w[b] + 16))), scale[b]);
       w[b] += 32;
     }
+    __m256i sum[R][NB];  // the group's exact sums, int32
+    for (int r = 0; r < R; ++r) {
+      for (int b = 0; b < NB; ++b) sum[r][b] = _mm256_setzero_si256();
+    }
     // Windows of 4 rows (32 k): each int16 lane sums 16 products of at most 15 * 127.
     for (int64_t o0 = 0; o0 < rows8; o0 += 4) {
       const int64_t o1 = o0 + 4 < rows8 ? o0 + 4 : rows8;
@@ -176,17 +182,20 @@ void qtile_i4(const QTile& t) {
         }
       }
       for (int r = 0; r < R; ++r) {
-        const __m256 xs = _mm256_set1_ps(t.xscale[r * l.groups + g]);
-        for (int b = 0; b < NB; ++b) {
-          const __m256 s = _mm256_cvtepi32_ps(_mm256_madd_epi16(acc[r][b], ones));
-          accf[r][b] = _mm256_fmadd_ps(s, _mm256_mul_ps(scale[b], xs), accf[r][b]);
-        }
+        for (int b = 0; b < NB; ++b)
+          sum[r][b] = _mm256_add_epi32(sum[r][b], _mm256_madd_epi16(acc[r][b], ones));
       }
     }
     for (int b = 0; b < NB; ++b) w[b] += rows8 * 32;
-    for (int r = 0; r < R; ++r) {  // - zero * scale * (x scale * sum of x codes)
+    // + sum * scale * x scale - zero * scale * (x scale * sum of x codes)
+    for (int r = 0; r < R; ++r) {
+      const __m256 xs = _mm256_set1_ps(t.xscale[r * l.groups + g]);
       const __m256 xsum = _mm256_set1_ps(t.xsum[r * l.groups + g]);
-      for (int b = 0; b < NB; ++b) accf[r][b] = _mm256_fnmadd_ps(zs[b], xsum, accf[r][b]);
+      for (int b = 0; b < NB; ++b) {
+        const __m256 s = _mm256_cvtepi32_ps(sum[r][b]);
+        accf[r][b] = _mm256_fmadd_ps(s, _mm256_mul_ps(scale[b], xs), accf[r][b]);
+        accf[r][b] = _mm256_fnmadd_ps(zs[b], xsum, accf[r][b]);
+      }
     }
   }
   for (int r = 0; r < R; ++r) {

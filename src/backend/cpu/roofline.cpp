@@ -45,9 +45,11 @@ __attribute__((target("avx2"))) uint64_t read_sum(const uint8_t* p, size_t bytes
 }
 
 // Independent accumulators: more than latency x throughput, so the loop is throughput-bound.
+// The loops are opaque to the optimizer (noipa): a call GCC could see as pure might be merged
+// with an earlier one or moved across the clock reads that time it.
 constexpr int kAcc = 24;
 
-__attribute__((target("avx512f,avx512bf16"))) float dpbf16_loop(int64_t iters) {
+__attribute__((target("avx512f,avx512bf16"), noipa)) float dpbf16_loop(int64_t iters) {
   __m512 acc[kAcc];
   for (int j = 0; j < kAcc; ++j) acc[j] = _mm512_set1_ps(float(j));
   const __m512bh a = (__m512bh)_mm512_set1_epi32(0x3f803f80);  // (1.0, 1.0)
@@ -64,7 +66,21 @@ __attribute__((target("avx512f,avx512bf16"))) float dpbf16_loop(int64_t iters) {
 
 constexpr int kYmm = 12;
 
-__attribute__((target("avx2,fma"))) float fma_loop(int64_t iters) {
+__attribute__((target("avx512f"), noipa)) float fma512_loop(int64_t iters) {
+  __m512 acc[kAcc];
+  for (int j = 0; j < kAcc; ++j) acc[j] = _mm512_set1_ps(float(j));
+  const __m512 a = _mm512_set1_ps(1.0f), b = _mm512_set1_ps(1e-30f);
+  for (int64_t i = 0; i < iters; ++i) {
+#pragma GCC unroll 32
+    for (int j = 0; j < kAcc; ++j) acc[j] = _mm512_fmadd_ps(acc[j], a, b);
+  }
+  for (int j = 1; j < kAcc; ++j) acc[0] = _mm512_add_ps(acc[0], acc[j]);
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, acc[0]);
+  return lanes[0];
+}
+
+__attribute__((target("avx2,fma"), noipa)) float fma_loop(int64_t iters) {
   __m256 acc[kYmm];
   for (int j = 0; j < kYmm; ++j) acc[j] = _mm256_set1_ps(float(j));
   const __m256 a = _mm256_set1_ps(1.0f), b = _mm256_set1_ps(1e-30f);
@@ -140,25 +156,150 @@ Ceiling measure_read_bandwidth(ThreadPool& pool) {
   return summarize(runs[best], patterns[best].how);
 }
 
+namespace {
+
+// The quantized GEMM's instructions, each chain feeding its own output back as an operand (a
+// product of loop-invariant operands could be hoisted out of the loop), the other operand read
+// through a volatile (nothing to fold). vpmaddwd / vpmaddubsw alone: the kernels' vpaddd /
+// vpaddw beside them run on other ports.
+__attribute__((target("avx2"), noipa)) int madd16_loop(int64_t iters) {  // vpmaddwd ymm
+  volatile int16_t seed = 3;
+  const __m256i b = _mm256_set1_epi16(seed);
+  __m256i acc[kYmm];
+  for (int j = 0; j < kYmm; ++j) acc[j] = _mm256_set1_epi32(j);
+  for (int64_t i = 0; i < iters; ++i) {
+#pragma GCC unroll 16
+    for (int j = 0; j < kYmm; ++j) acc[j] = _mm256_madd_epi16(acc[j], b);
+  }
+  for (int j = 1; j < kYmm; ++j) acc[0] = _mm256_add_epi32(acc[0], acc[j]);
+  return _mm256_extract_epi32(acc[0], 0);
+}
+
+__attribute__((target("avx2"), noipa)) int maddubs_loop(int64_t iters) {  // vpmaddubsw ymm
+  volatile int8_t seed = 3;
+  const __m256i b = _mm256_set1_epi8(seed);
+  __m256i acc[kYmm];
+  for (int j = 0; j < kYmm; ++j) acc[j] = _mm256_set1_epi8(int8_t(j));
+  for (int64_t i = 0; i < iters; ++i) {
+#pragma GCC unroll 16
+    for (int j = 0; j < kYmm; ++j) acc[j] = _mm256_maddubs_epi16(acc[j], b);
+  }
+  for (int j = 1; j < kYmm; ++j) acc[0] = _mm256_add_epi16(acc[0], acc[j]);
+  return _mm256_extract_epi16(acc[0], 0);
+}
+
+template <bool BYTES>  // vpdpbusd zmm, or vpdpwssd zmm
+__attribute__((target("avx512f,avx512vnni"), noipa)) int vnni_loop(int64_t iters) {
+  volatile int32_t seed = 0x03020103;
+  const __m512i a = _mm512_set1_epi32(seed), b = _mm512_set1_epi32(seed + 1);
+  __m512i acc[kAcc];
+  for (int j = 0; j < kAcc; ++j) acc[j] = _mm512_set1_epi32(j);
+  for (int64_t i = 0; i < iters; ++i) {
+#pragma GCC unroll 32
+    for (int j = 0; j < kAcc; ++j) {
+      if constexpr (BYTES)
+        acc[j] = _mm512_dpbusd_epi32(acc[j], a, b);
+      else
+        acc[j] = _mm512_dpwssd_epi32(acc[j], a, b);
+    }
+  }
+  for (int j = 1; j < kAcc; ++j) acc[0] = _mm512_add_epi32(acc[0], acc[j]);
+  alignas(64) int lanes[16];
+  _mm512_store_si512(lanes, acc[0]);
+  return lanes[0];
+}
+
+// The loop of the instruction isa's kernels run, and its FLOPs an iteration.
+float peak_loop(GemmIsa isa, int64_t iters) {
+  switch (isa) {
+    case GemmIsa::AVX512_BF16:
+      return dpbf16_loop(iters);
+    case GemmIsa::AVX512_FMA:
+      return fma512_loop(iters);
+    case GemmIsa::AVX2:
+      break;
+  }
+  return fma_loop(iters);
+}
+
+double peak_loop_flops(GemmIsa isa) {
+  return isa == GemmIsa::AVX512_BF16 ? kAcc * 64.0 : isa == GemmIsa::AVX512_FMA ? kAcc * 32.0
+                                                                                : kYmm * 16.0;
+}
+
+}  // namespace
+
+bool bf16_dot_outruns_fma512() {
+  // One thread, 3 alternating rounds of 0.02-0.08 ms a loop after a warm-up; the best of each. The
+  // two differ by 2x or more where they differ at all (vdpbf16ps at half or at twice the FMA
+  // rate in multiply-adds), far beyond this timing's noise.
+  constexpr int64_t kIters = 1 << 12;
+  volatile float sink = dpbf16_loop(kIters) + fma512_loop(kIters);
+  double dot = 0, fma = 0;  // multiply-adds a second
+  for (int rep = 0; rep < 3; ++rep) {
+    auto t0 = Clock::now();
+    sink = sink + dpbf16_loop(kIters);
+    dot = std::max(dot, kAcc * 32.0 * kIters / seconds_since(t0));
+    t0 = Clock::now();
+    sink = sink + fma512_loop(kIters);
+    fma = std::max(fma, kAcc * 16.0 * kIters / seconds_since(t0));
+  }
+  // The FMA kernels spend 2 widening instructions per 2 x 12 FMAs on top (gemm_avx512_fma.cpp).
+  return dot > fma * 12.0 / 13.0;
+}
+
 Ceiling measure_gemm_peak(ThreadPool& pool, GemmIsa isa) {
-  const bool bf16 = isa == GemmIsa::AVX512_BF16;
-  const double flops_per_iter = bf16 ? kAcc * 64.0 : kYmm * 16.0;
+  const double flops_per_iter = peak_loop_flops(isa);
   const int64_t iters = 1 << 16;  // ~5 ms a pass at a few GHz
   volatile float sink = 0.0f;
   // Ramp the clocks up first (untimed), then 15 timed passes.
-  for (int rep = 0; rep < 4; ++rep)
-    pool.run_on_all([&](int) { sink = sink + (bf16 ? dpbf16_loop(iters) : fma_loop(iters)); });
+  for (int rep = 0; rep < 4; ++rep) pool.run_on_all([&](int) { sink = sink + peak_loop(isa, iters); });
   std::vector<double> runs;
   for (int rep = 0; rep < 15; ++rep) {
     auto t0 = Clock::now();
-    pool.run_on_all([&](int) { sink = sink + (bf16 ? dpbf16_loop(iters) : fma_loop(iters)); });
+    pool.run_on_all([&](int) { sink = sink + peak_loop(isa, iters); });
     runs.push_back(flops_per_iter * double(iters) * pool.size() / seconds_since(t0) / 1e9);
   }
   return summarize(std::move(runs), std::to_string(pool.size()) + " threads");
 }
 
+Ceiling measure_qgemm_peak(ThreadPool& pool, QGemmIsa isa, QuantFormat format) {
+  const bool vnni = isa == QGemmIsa::AVX512_VNNI, int4 = format == QuantFormat::Int4;
+  // Ops (2 per multiply-add) an iteration.
+  const double ops = vnni ? kAcc * (int4 ? 128.0 : 64.0) : kYmm * (int4 ? 64.0 : 32.0);
+  auto loop = [&](int64_t iters) {
+    return vnni ? (int4 ? vnni_loop<true>(iters) : vnni_loop<false>(iters))
+                : (int4 ? maddubs_loop(iters) : madd16_loop(iters));
+  };
+  const int64_t iters = 1 << 16;
+  std::atomic<int> sink{0};
+  for (int rep = 0; rep < 4; ++rep) pool.run_on_all([&](int) { sink += loop(iters); });
+  std::vector<double> runs;
+  for (int rep = 0; rep < 15; ++rep) {
+    auto t0 = Clock::now();
+    pool.run_on_all([&](int) { sink += loop(iters); });
+    runs.push_back(ops * double(iters) * pool.size() / seconds_since(t0) / 1e9);
+  }
+  return summarize(std::move(runs), std::to_string(pool.size()) + " threads");
+}
+
+const char* qgemm_peak_name(QGemmIsa isa, QuantFormat format) {
+  const bool vnni = isa == QGemmIsa::AVX512_VNNI;
+  if (format == QuantFormat::Int4)
+    return vnni ? "int8 dot (vpdpbusd zmm)" : "int8 dot (vpmaddubsw ymm)";
+  return vnni ? "int16 dot (vpdpwssd zmm)" : "int16 dot (vpmaddwd ymm)";
+}
+
 const char* gemm_peak_name(GemmIsa isa) {
-  return isa == GemmIsa::AVX512_BF16 ? "bf16 dot (vdpbf16ps zmm)" : "f32 FMA (vfmadd231ps ymm)";
+  switch (isa) {
+    case GemmIsa::AVX512_BF16:
+      return "bf16 dot (vdpbf16ps zmm)";
+    case GemmIsa::AVX512_FMA:
+      return "f32 FMA (vfmadd231ps zmm)";
+    case GemmIsa::AVX2:
+      break;
+  }
+  return "f32 FMA (vfmadd231ps ymm)";
 }
 
 std::string machine_load() {

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "backend/cpu/gemm.h"
+#include "backend/cpu/qgemm.h"
 #include "backend/cpu/thread_pool.h"
 
 namespace nanovllm::cpu {
@@ -27,11 +28,22 @@ struct Ceiling {
 Ceiling measure_read_bandwidth(ThreadPool& pool);
 
 // GFLOP/s of a register-only multiply-add loop on every thread of the pool (2 FLOPs per
-// multiply-add): vfmadd231ps on ymm (16 FLOPs an instruction) for GemmIsa::AVX2,
-// vdpbf16ps on zmm (64) for AVX512_BF16.
+// multiply-add): vfmadd231ps on ymm (16 FLOPs an instruction) for GemmIsa::AVX2, on zmm (32)
+// for AVX512_FMA, vdpbf16ps on zmm (64) for AVX512_BF16.
 Ceiling measure_gemm_peak(ThreadPool& pool, GemmIsa isa);
-// The name of that instruction ceiling: "f32 FMA (ymm)" or "bf16 dot (vdpbf16ps zmm)".
+// The name of that instruction ceiling, e.g. "f32 FMA (vfmadd231ps ymm)".
 const char* gemm_peak_name(GemmIsa isa);
+// The same for the quantized GEMM's integer instructions, in G ops/s (2 per multiply-add), so
+// that its figures compare with GFLOP/s: for int8 weights vpmaddwd on ymm (16 multiply-adds)
+// with QGemmIsa::AVX2, vpdpwssd on zmm (32) with AVX512_VNNI; for int4 vpmaddubsw on ymm (32),
+// vpdpbusd on zmm (64).
+Ceiling measure_qgemm_peak(ThreadPool& pool, QGemmIsa isa, QuantFormat format);
+// e.g. "int8 dot (vpdpbusd zmm)".
+const char* qgemm_peak_name(QGemmIsa isa, QuantFormat format);
+// Whether this core runs bf16 GEMM multiply-adds faster through vdpbf16ps than through
+// vfmadd231ps zmm on widened weights (a ~2 ms measurement on the calling thread; needs AVX-512
+// BF16).
+bool bf16_dot_outruns_fma512();
 
 // The machine's load while measuring: /proc/loadavg's 1-minute average and runnable tasks, as
 // "load 0.52, 1 running of 180" ("load unknown" when unreadable).

@@ -1,0 +1,172 @@
+// AVX-512 F GEMM kernels that widen bf16 weights to f32 and multiply-add with vfmadd231ps zmm:
+// the AVX2 kernels (gemm_avx2.cpp) at twice the width, on the same packed weights and the same
+// packed x (bf16-rounded f32 pairs). Each 64-byte k-pair row of a 16-column block is one zmm:
+// the even k by a shift (the low halves << 16), the odd k by a mask, each meeting every row of
+// the tile. Per lane the operations and their order are the AVX2 kernels', so both give the
+// same bits.
+//
+// Why: on CPUs whose vdpbf16ps runs at a fraction of the FMA rate this is the faster bf16 GEMM.
+// Measured on an Intel Xeon (family 6 model 207, AVX-512 BF16, 2 cores of a VM): vdpbf16ps zmm
+// 0.48 a cycle (15 multiply-adds a cycle) against 2 vfmadd231ps zmm a cycle (32); a 12-row tile
+// spends 4 widening instructions per 48 FMAs. On Zen 4 the reverse holds (vdpbf16ps zmm at the
+// rate of its FMA), so select_gemm_isa measures both and takes the faster.
+#include <immintrin.h>
+
+#include <array>
+#include <utility>
+
+#include "backend/cpu/gemm_internal.h"
+
+namespace nanovllm::cpu::detail {
+namespace {
+
+constexpr int kMr = 12;          // rows per register tile of the blocked path
+constexpr int kNb = 2;           // blocks per register tile: 24 accumulators
+constexpr int kMaxRows = 24;     // wide tiles: up to 24 rows x 1 block
+constexpr int kMaxAcc = 24;      // accumulators of a tile (the rest of the 32 zmm: weights, x)
+constexpr int kMaxNb = 4;        // blocks per tile (1-row tiles)
+// Near-ahead prefetch distance over all of a tile's weight streams, as in the AVX2 kernels.
+constexpr int kPrefetchBytes = 4096;
+constexpr int kMcPanels = 16;    // 16 x 12 rows x 128 k pairs x 8 bytes = 192 KiB of x in L2
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")
+
+// Row r, block b of the tile's output: out = (bias or 0) + acc when first, else out + acc.
+inline void store(const Tile& t, int r, int b, bool first, __m512 acc) {
+  float* o = t.out + r * t.ldo + 16 * b;
+  const int cols = t.ncols - 16 * b < 16 ? t.ncols - 16 * b : 16;
+  const __mmask16 m = cols >= 16 ? __mmask16(0xffff) : __mmask16((1u << cols) - 1);
+  __m512 base;
+  if (!first) {
+    base = _mm512_maskz_loadu_ps(m, o);
+  } else if (t.bias) {
+    const __m256i b16 = _mm256_maskz_loadu_epi16(m, t.bias + 16 * b);
+    base = _mm512_castsi512_ps(
+        _mm512_maskz_slli_epi32(0xffff, _mm512_maskz_cvtepu16_epi32(0xffff, b16), 16));
+  } else {
+    base = _mm512_setzero_ps();
+  }
+  _mm512_mask_storeu_ps(o, m, _mm512_add_ps(base, acc));
+}
+
+// out[R rows, NB blocks] (+)= x panel @ weight blocks, over t.kpairs pairs in summation chunks.
+template <int R, int NB>
+void tile_kernel(const Tile& t) {
+  const __m512i hi = _mm512_set1_epi32(int(0xffff0000u));
+  const uint8_t* w = t.w;
+  const int64_t ws = t.w_block_stride;
+  const float* x = static_cast<const float*>(t.x);
+  const int64_t xs2 = t.xs * 2;
+  // The next tile's weights: pf_lines lines spread over t.kpairs pairs.
+  const char* pf = reinterpret_cast<const char*>(t.pf_next);
+  const int64_t pf_lines = t.pf_next ? (t.pf_bytes + 63) / 64 : 0;
+  int64_t credit = 0;
+  const int64_t kpairs = t.kpairs;
+  const bool prefetch = t.prefetch;
+  for (int64_t c0 = 0; c0 < t.kpairs; c0 += kSumChunkPairs) {
+    const int64_t c1 = t.kpairs - c0 < kSumChunkPairs ? t.kpairs : c0 + kSumChunkPairs;
+    const bool first = t.first && c0 == 0;
+    __m512 acc[R][NB];
+#pragma GCC unroll 24
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+      for (int b = 0; b < NB; ++b) acc[r][b] = _mm512_setzero_ps();
+    for (int64_t p = c0; p < c1; ++p) {
+      if (prefetch)
+#pragma GCC unroll 4
+        for (int b = 0; b < NB; ++b)
+          _mm_prefetch(reinterpret_cast<const char*>(w + b * ws + kPrefetchBytes / NB),
+                       _MM_HINT_T0);
+      for (credit += pf_lines; credit >= kpairs; credit -= kpairs, pf += 64)
+        _mm_prefetch(pf, _MM_HINT_T0);
+      // The widened weights of every block first, then each x broadcast meets them all: a
+      // broadcast lives for NB FMAs only (GCC keeps the 24 accumulators in registers so).
+      __m512 even[NB], odd[NB];
+#pragma GCC unroll 4
+      for (int b = 0; b < NB; ++b) {
+        const __m512i wv = _mm512_load_si512(reinterpret_cast<const void*>(w + b * ws));
+        even[b] = _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xffff, wv, 16));
+        odd[b] = _mm512_castsi512_ps(_mm512_and_si512(wv, hi));
+      }
+#pragma GCC unroll 24
+      for (int r = 0; r < R; ++r) {
+        const __m512 xe = _mm512_set1_ps(x[2 * r]);
+#pragma GCC unroll 4
+        for (int b = 0; b < NB; ++b) acc[r][b] = _mm512_fmadd_ps(even[b], xe, acc[r][b]);
+      }
+#pragma GCC unroll 24
+      for (int r = 0; r < R; ++r) {
+        const __m512 xo = _mm512_set1_ps(x[2 * r + 1]);
+#pragma GCC unroll 4
+        for (int b = 0; b < NB; ++b) acc[r][b] = _mm512_fmadd_ps(odd[b], xo, acc[r][b]);
+      }
+      w += kBlockPairBytes;
+      x += xs2;
+    }
+#pragma GCC unroll 24
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+      for (int b = 0; b < NB; ++b) store(t, r, b, first, acc[r][b]);
+  }
+}
+
+using TileFn = void (*)(const Tile&);
+
+// Blocks per tile for `rows` rows: as many as fit the registers (rows x nb accumulators, at most
+// kMaxAcc, plus 2 widened weights a block and 2 more), 1 to kMaxNb.
+constexpr int wide_nb_of(int rows) {
+  int nb = kMaxNb;
+  while (nb > 1 && (rows * nb > kMaxAcc || rows * nb + 2 * nb + 2 > 32)) --nb;
+  return nb;
+}
+int wide_nb(int rows) { return wide_nb_of(rows < 1 ? 1 : rows); }
+
+template <int R, int NB>
+constexpr TileFn entry() {
+  if constexpr (NB <= wide_nb_of(R))
+    return tile_kernel<R, NB>;
+  else
+    return nullptr;
+}
+
+template <size_t... I>
+constexpr std::array<TileFn, sizeof...(I)> table(std::index_sequence<I...>) {
+  return {entry<int(I / kMaxNb) + 1, int(I % kMaxNb) + 1>()...};
+}
+
+constexpr auto kTable = table(std::make_index_sequence<size_t(kMaxRows * kMaxNb)>{});
+
+void tile(const Tile& t) {
+  const int nb = int((t.ncols + 15) / 16);
+  kTable[size_t((t.rows - 1) * kMaxNb + (nb - 1))](t);
+}
+
+#pragma GCC pop_options
+
+static_assert(kMr * kNb <= kMaxAcc && wide_nb_of(kMr) >= kNb, "the blocked tile is in the table");
+
+}  // namespace
+
+const KernelSet& avx512_fma_kernels() {
+  static const KernelSet set = [] {
+    KernelSet s{};
+    s.mr = kMr;
+    s.nb = kNb;
+    s.pair_bytes = 8;
+    s.pack_x = avx2_kernels().pack_x;  // the same bf16-rounded f32 pairs
+    s.tile = tile;
+    s.wide_max_rows = kMaxRows;
+    s.wide_nb = wide_nb;
+    s.tile_wide = tile;
+    s.wide_min_m = 1;
+    s.wide_max_m = 48;
+    s.mc_panels = kMcPanels;
+    s.balance_panels = true;
+    s.prefetch_next = true;
+    return s;
+  }();
+  return set;
+}
+
+}  // namespace nanovllm::cpu::detail

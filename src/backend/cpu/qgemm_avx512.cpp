@@ -1,0 +1,246 @@
+// AVX-512 VNNI tiles of the quantized GEMM (qgemm.h), on the AVX2 tiles' packed layout.
+// One zmm holds two blocks of 8 columns at the same k (two 32-byte loads, the second inserted in
+// the upper half), so each broadcast x code meets 16 columns per instruction:
+//   int8 weights: vpdpwssd multiplies 16 x 2 int16 pairs and adds them into the int32 sums in
+//     one instruction (AVX2: vpmaddwd and vpaddd, on 8 columns).
+//   int4 weights: vpdpbusd multiplies the unsigned 4-bit codes (as bytes) by 4 int8 x codes and
+//     adds the 4 products into int32 in one instruction (AVX2: vpmaddubsw, vpaddw, and a
+//     vpmaddwd per 32 k to widen, on 8 columns).
+// The integer sums are exact on both paths and each group's is flushed to f32 by the same
+// operations in the same order, so these tiles give the AVX2 tiles' results bit for bit.
+#include <immintrin.h>
+
+#include <array>
+#include <cstring>
+#include <utility>
+
+#include "backend/cpu/qgemm.h"
+#include "util/check.h"
+
+namespace nanovllm::cpu::detail {
+namespace {
+
+constexpr int kTilesAhead = 2;  // software prefetch distance, as in the AVX2 tiles
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c")
+// GCC 12 warns (-Wmaybe-uninitialized) inside the unmasked intrinsics (their _mm512_undefined
+// pass-through); full-mask maskz forms compile to the same instructions without it.
+constexpr __mmask16 kAll16 = 0xffff;
+constexpr __mmask8 kAll8 = 0xff;
+
+// The 32 bytes at offset `off` of blocks a (low half) and b (high half): two broadcast loads,
+// the second one masked into the high half.
+inline __m512i load_pair(const uint8_t* a, const uint8_t* b, int64_t off) {
+  const __m512i lo =
+      _mm512_maskz_broadcast_i64x4(kAll8, _mm256_load_si256(reinterpret_cast<const __m256i*>(a + off)));
+  return _mm512_mask_broadcast_i64x4(lo, 0xf0,
+                                     _mm256_load_si256(reinterpret_cast<const __m256i*>(b + off)));
+}
+
+// The 8 f16 values at a (low half) and b (high half), as f32.
+inline __m512 load_f16_pair(const uint8_t* a, const uint8_t* b) {
+  const __m256i h = _mm256_inserti128_si256(
+      _mm256_castsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(a))),
+      _mm_load_si128(reinterpret_cast<const __m128i*>(b)), 1);
+  return _mm512_maskz_cvtph_ps(kAll16, h);
+}
+
+inline __m512 load_f32_pair(const uint8_t* a, const uint8_t* b) {
+  const __m512 lo =
+      _mm512_maskz_broadcast_f32x8(kAll16, _mm256_load_ps(reinterpret_cast<const float*>(a)));
+  return _mm512_mask_broadcast_f32x8(lo, 0xff00, _mm256_load_ps(reinterpret_cast<const float*>(b)));
+}
+
+inline __m512i broadcast32(const void* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm512_set1_epi32(v);
+}
+
+// out[0, n) = v (+ bf16 bias), n <= 16.
+inline void store16(float* out, __m512 v, const uint16_t* bias, int n) {
+  const __mmask16 m = n >= 16 ? __mmask16(0xffff) : __mmask16((1u << n) - 1);
+  if (bias) {
+    const __m512i b = _mm512_maskz_cvtepu16_epi32(kAll16, _mm256_maskz_loadu_epi16(m, bias));
+    v = _mm512_add_ps(v, _mm512_castsi512_ps(_mm512_maskz_slli_epi32(kAll16, b, 16)));
+  }
+  _mm512_mask_storeu_ps(out, m, v);
+}
+
+// The tile's blocks as NP pairs (a missing second block reads the first; its sums are dropped).
+template <int NP>
+inline void block_pairs(const QTile& t, const uint8_t* (&w)[2 * NP]) {
+  const int blocks = (t.ncols + 7) / 8;
+  for (int i = 0; i < 2 * NP; ++i)
+    w[i] = t.w + size_t(i < blocks ? i : 0) * t.layout->block_bytes;
+}
+
+// int8 codes, with a scale per group (GROUPED) or per row; x int16.
+template <int R, int NP, bool GROUPED>
+void qtile8(const QTile& t) {
+  const int16_t* x = static_cast<const int16_t*>(t.x);
+  const QuantLayout& l = *t.layout;
+  const uint8_t* w[2 * NP];
+  block_pairs<NP>(t, w);
+  __m512 accf[R][NP];
+  for (int r = 0; r < R; ++r) {
+    for (int p = 0; p < NP; ++p) accf[r][p] = _mm512_setzero_ps();
+  }
+  [[maybe_unused]] __m512 wscale[NP];
+  int64_t off = 0;  // bytes into every block
+  if constexpr (!GROUPED) {
+    for (int p = 0; p < NP; ++p) wscale[p] = load_f32_pair(w[2 * p], w[2 * p + 1]);
+    off = 32;
+  }
+  const size_t ahead = size_t(kTilesAhead) * 2 * NP * l.block_bytes;
+  for (int64_t g = 0; g < l.groups; ++g) {
+    const int64_t pairs = l.group_len(g) / 2;
+    const int16_t* xg = x + g * l.kg;
+    [[maybe_unused]] __m512 scale[NP];
+    if constexpr (GROUPED) {
+      for (int p = 0; p < NP; ++p) scale[p] = load_f32_pair(w[2 * p] + off, w[2 * p + 1] + off);
+      off += 32;
+    }
+    __m512i acc[R][NP];
+    for (int r = 0; r < R; ++r) {
+      for (int p = 0; p < NP; ++p) acc[r][p] = _mm512_setzero_si512();
+    }
+    for (int64_t pr = 0; pr < pairs; pr += 2) {
+      const int64_t o = off + pr * 16;
+      for (int p = 0; p < NP; ++p) {
+        _mm_prefetch(reinterpret_cast<const char*>(w[2 * p] + o + ahead), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(w[2 * p + 1] + o + ahead), _MM_HINT_T0);
+        const __m512i raw = load_pair(w[2 * p], w[2 * p + 1], o);
+        const __m512i q0 = _mm512_srai_epi16(_mm512_slli_epi16(raw, 8), 8);
+        const __m512i q1 = _mm512_srai_epi16(raw, 8);
+        for (int r = 0; r < R; ++r) {
+          const int16_t* xp = xg + r * t.ldx + 2 * pr;
+          acc[r][p] = _mm512_dpwssd_epi32(acc[r][p], q0, broadcast32(xp));
+          acc[r][p] = _mm512_dpwssd_epi32(acc[r][p], q1, broadcast32(xp + 2));
+        }
+      }
+    }
+    off += pairs * 16;
+    for (int r = 0; r < R; ++r) {
+      for (int p = 0; p < NP; ++p) {
+        const __m512 s = _mm512_maskz_cvtepi32_ps(kAll16, acc[r][p]);
+        if constexpr (GROUPED) {
+          accf[r][p] = _mm512_fmadd_ps(s, scale[p], accf[r][p]);
+        } else {
+          accf[r][p] = _mm512_add_ps(accf[r][p], s);
+        }
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    const __m512 xs = _mm512_set1_ps(t.xscale[r]);
+    for (int p = 0; p < NP; ++p) {
+      const int n = t.ncols - p * 16;
+      if (n <= 0) break;
+      __m512 v = _mm512_mul_ps(accf[r][p], xs);
+      if constexpr (!GROUPED) v = _mm512_mul_ps(v, wscale[p]);
+      store16(t.out + r * t.ldo + p * 16, v, t.bias ? t.bias + p * 16 : nullptr, n);
+    }
+  }
+}
+
+// int4 codes with a scale and zero per group; x int8 with a scale per group.
+template <int R, int NP>
+void qtile4(const QTile& t) {
+  const QuantLayout& l = *t.layout;
+  const int8_t* x = static_cast<const int8_t*>(t.x);
+  const uint8_t* w[2 * NP];
+  block_pairs<NP>(t, w);
+  __m512 accf[R][NP];
+  for (int r = 0; r < R; ++r) {
+    for (int p = 0; p < NP; ++p) accf[r][p] = _mm512_setzero_ps();
+  }
+  const __m512i low4 = _mm512_set1_epi8(0x0f);
+  const size_t ahead = size_t(kTilesAhead) * 2 * NP * l.block_bytes;
+  int64_t off = 0;
+  for (int64_t g = 0; g < l.groups; ++g) {
+    const int64_t rows8 = l.group_len(g) / 8;  // 32-byte rows of 8 k
+    const int8_t* xg = x + g * l.kg;
+    __m512 scale[NP], zs[NP];  // the weights' scale, and zero * scale
+    for (int p = 0; p < NP; ++p) {
+      scale[p] = load_f16_pair(w[2 * p] + off, w[2 * p + 1] + off);
+      zs[p] = _mm512_mul_ps(load_f16_pair(w[2 * p] + off + 16, w[2 * p + 1] + off + 16), scale[p]);
+    }
+    off += 32;
+    __m512i acc[R][NP];
+    for (int r = 0; r < R; ++r) {
+      for (int p = 0; p < NP; ++p) acc[r][p] = _mm512_setzero_si512();
+    }
+    for (int64_t o = 0; o < rows8; ++o) {
+      __m512i lo[NP], hi[NP];  // k 0..3 and 4..7 of each column
+      for (int p = 0; p < NP; ++p) {
+        _mm_prefetch(reinterpret_cast<const char*>(w[2 * p] + off + o * 32 + ahead), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(w[2 * p + 1] + off + o * 32 + ahead),
+                     _MM_HINT_T0);
+        const __m512i raw = load_pair(w[2 * p], w[2 * p + 1], off + o * 32);
+        lo[p] = _mm512_and_si512(raw, low4);
+        hi[p] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4);
+      }
+      for (int r = 0; r < R; ++r) {
+        const int8_t* xp = xg + r * t.ldx + 8 * o;
+        const __m512i bx0 = broadcast32(xp), bx1 = broadcast32(xp + 4);
+        for (int p = 0; p < NP; ++p) {
+          acc[r][p] = _mm512_dpbusd_epi32(acc[r][p], lo[p], bx0);
+          acc[r][p] = _mm512_dpbusd_epi32(acc[r][p], hi[p], bx1);
+        }
+      }
+    }
+    off += rows8 * 32;
+    for (int r = 0; r < R; ++r) {
+      const __m512 xs = _mm512_set1_ps(t.xscale[r * l.groups + g]);
+      const __m512 xsum = _mm512_set1_ps(t.xsum[r * l.groups + g]);
+      for (int p = 0; p < NP; ++p) {
+        const __m512 s = _mm512_maskz_cvtepi32_ps(kAll16, acc[r][p]);
+        accf[r][p] = _mm512_fmadd_ps(s, _mm512_mul_ps(scale[p], xs), accf[r][p]);
+        accf[r][p] = _mm512_fnmadd_ps(zs[p], xsum, accf[r][p]);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int p = 0; p < NP; ++p) {
+      const int n = t.ncols - p * 16;
+      if (n <= 0) break;
+      store16(t.out + r * t.ldo + p * 16, accf[r][p], t.bias ? t.bias + p * 16 : nullptr, n);
+    }
+  }
+}
+
+#pragma GCC pop_options
+
+template <int NP, size_t... I>
+constexpr std::array<QTileFn, sizeof...(I)> table8(std::index_sequence<I...>, bool grouped) {
+  return grouped ? std::array<QTileFn, sizeof...(I)>{&qtile8<int(I) + 1, NP, true>...}
+                 : std::array<QTileFn, sizeof...(I)>{&qtile8<int(I) + 1, NP, false>...};
+}
+
+template <int NP, size_t... I>
+constexpr std::array<QTileFn, sizeof...(I)> table4(std::index_sequence<I...>) {
+  return {&qtile4<int(I) + 1, NP>...};
+}
+
+constexpr auto kRows = std::make_index_sequence<kQMaxRows>();
+constexpr std::array<std::array<QTileFn, kQMaxRows>, 2> kInt8RowTiles = {
+    table8<1>(kRows, false), table8<2>(kRows, false)};
+constexpr std::array<std::array<QTileFn, kQMaxRows>, 2> kInt8GroupTiles = {
+    table8<1>(kRows, true), table8<2>(kRows, true)};
+constexpr std::array<std::array<QTileFn, kQMaxRows>, 2> kInt4Tiles = {table4<1>(kRows),
+                                                                     table4<2>(kRows)};
+
+}  // namespace
+
+QTileFn avx512_qtile(QuantScheme scheme, int rows, int blocks) {
+  NV_CHECK(rows >= 1 && rows <= kQMaxRows && blocks >= 1 && blocks <= kQMaxBlocks,
+           "qtile {} x {}", rows, blocks);
+  const auto& t = scheme.format == QuantFormat::Int4 ? kInt4Tiles
+                  : scheme.group                     ? kInt8GroupTiles
+                                                     : kInt8RowTiles;
+  return t[size_t((blocks + 1) / 2 - 1)][size_t(rows - 1)];
+}
+
+}  // namespace nanovllm::cpu::detail
