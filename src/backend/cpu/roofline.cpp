@@ -158,56 +158,43 @@ Ceiling measure_read_bandwidth(ThreadPool& pool) {
 
 namespace {
 
-// The quantized GEMM's instructions, each chain feeding its own output back as an operand (a
-// product of loop-invariant operands could be hoisted out of the loop), the other operand read
-// through a volatile (nothing to fold). vpmaddwd / vpmaddubsw alone: the kernels' vpaddd /
-// vpaddw beside them run on other ports.
-__attribute__((target("avx2"), noipa)) int madd16_loop(int64_t iters) {  // vpmaddwd ymm
-  volatile int16_t seed = 3;
-  const __m256i b = _mm256_set1_epi16(seed);
-  __m256i acc[kYmm];
-  for (int j = 0; j < kYmm; ++j) acc[j] = _mm256_set1_epi32(j);
-  for (int64_t i = 0; i < iters; ++i) {
-#pragma GCC unroll 16
-    for (int j = 0; j < kYmm; ++j) acc[j] = _mm256_madd_epi16(acc[j], b);
-  }
-  for (int j = 1; j < kYmm; ++j) acc[0] = _mm256_add_epi32(acc[0], acc[j]);
-  return _mm256_extract_epi32(acc[0], 0);
-}
+// The quantized GEMM's instructions, 12 a round on fixed registers (written in asm: GCC keeps
+// integer vector arrays of such loops in memory, which halved the vpdpbusd figure). vpmaddwd /
+// vpmaddubsw alone, results not fed back (the kernels' vpaddd / vpaddw run on other ports);
+// vpdpbusd / vpdpwssd accumulate, 12 independent chains (latency 5, 2 a cycle). The values do
+// not matter: integer instructions take the same time on any.
+#define NV_DOT(INS, R, DST) INS " %%" R "1, %%" R "2, %%" R DST "\n\t"
+#define NV_ROUND12(INS, R)                                                                        \
+  NV_DOT(INS, R, "3") NV_DOT(INS, R, "4") NV_DOT(INS, R, "5") NV_DOT(INS, R, "6")                \
+  NV_DOT(INS, R, "7") NV_DOT(INS, R, "8") NV_DOT(INS, R, "9") NV_DOT(INS, R, "10")               \
+  NV_DOT(INS, R, "11") NV_DOT(INS, R, "12") NV_DOT(INS, R, "13") NV_DOT(INS, R, "14")
+#define NV_CLOBBER12                                                                               \
+  "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", \
+      "xmm12", "xmm13", "xmm14"
 
-__attribute__((target("avx2"), noipa)) int maddubs_loop(int64_t iters) {  // vpmaddubsw ymm
-  volatile int8_t seed = 3;
-  const __m256i b = _mm256_set1_epi8(seed);
-  __m256i acc[kYmm];
-  for (int j = 0; j < kYmm; ++j) acc[j] = _mm256_set1_epi8(int8_t(j));
-  for (int64_t i = 0; i < iters; ++i) {
-#pragma GCC unroll 16
-    for (int j = 0; j < kYmm; ++j) acc[j] = _mm256_maddubs_epi16(acc[j], b);
-  }
-  for (int j = 1; j < kYmm; ++j) acc[0] = _mm256_add_epi16(acc[0], acc[j]);
-  return _mm256_extract_epi16(acc[0], 0);
-}
+enum class IntDot { Madd16, Maddubs, Dpwssd, Dpbusd };
 
-template <bool BYTES>  // vpdpbusd zmm, or vpdpwssd zmm
-__attribute__((target("avx512f,avx512vnni"), noipa)) int vnni_loop(int64_t iters) {
-  volatile int32_t seed = 0x03020103;
-  const __m512i a = _mm512_set1_epi32(seed), b = _mm512_set1_epi32(seed + 1);
-  __m512i acc[kAcc];
-  for (int j = 0; j < kAcc; ++j) acc[j] = _mm512_set1_epi32(j);
+__attribute__((noipa)) void int_dot_loop(IntDot op, int64_t iters) {
   for (int64_t i = 0; i < iters; ++i) {
-#pragma GCC unroll 32
-    for (int j = 0; j < kAcc; ++j) {
-      if constexpr (BYTES)
-        acc[j] = _mm512_dpbusd_epi32(acc[j], a, b);
-      else
-        acc[j] = _mm512_dpwssd_epi32(acc[j], a, b);
+    switch (op) {
+      case IntDot::Madd16:
+        asm volatile(NV_ROUND12("vpmaddwd", "ymm") ::: NV_CLOBBER12);
+        break;
+      case IntDot::Maddubs:
+        asm volatile(NV_ROUND12("vpmaddubsw", "ymm") ::: NV_CLOBBER12);
+        break;
+      case IntDot::Dpwssd:
+        asm volatile(NV_ROUND12("vpdpwssd", "zmm") ::: NV_CLOBBER12);
+        break;
+      case IntDot::Dpbusd:
+        asm volatile(NV_ROUND12("vpdpbusd", "zmm") ::: NV_CLOBBER12);
+        break;
     }
   }
-  for (int j = 1; j < kAcc; ++j) acc[0] = _mm512_add_epi32(acc[0], acc[j]);
-  alignas(64) int lanes[16];
-  _mm512_store_si512(lanes, acc[0]);
-  return lanes[0];
 }
+#undef NV_DOT
+#undef NV_ROUND12
+#undef NV_CLOBBER12
 
 // The loop of the instruction isa's kernels run, and its FLOPs an iteration.
 float peak_loop(GemmIsa isa, int64_t iters) {
@@ -265,19 +252,16 @@ Ceiling measure_gemm_peak(ThreadPool& pool, GemmIsa isa) {
 
 Ceiling measure_qgemm_peak(ThreadPool& pool, QGemmIsa isa, QuantFormat format) {
   const bool vnni = isa == QGemmIsa::AVX512_VNNI, int4 = format == QuantFormat::Int4;
-  // Ops (2 per multiply-add) an iteration.
-  const double ops = vnni ? kAcc * (int4 ? 128.0 : 64.0) : kYmm * (int4 ? 64.0 : 32.0);
-  auto loop = [&](int64_t iters) {
-    return vnni ? (int4 ? vnni_loop<true>(iters) : vnni_loop<false>(iters))
-                : (int4 ? maddubs_loop(iters) : madd16_loop(iters));
-  };
-  const int64_t iters = 1 << 16;
-  std::atomic<int> sink{0};
-  for (int rep = 0; rep < 4; ++rep) pool.run_on_all([&](int) { sink += loop(iters); });
+  const IntDot op = vnni ? (int4 ? IntDot::Dpbusd : IntDot::Dpwssd)
+                         : (int4 ? IntDot::Maddubs : IntDot::Madd16);
+  // Ops (2 per multiply-add) a round of 12 instructions.
+  const double ops = 12.0 * (vnni ? (int4 ? 128.0 : 64.0) : (int4 ? 64.0 : 32.0));
+  const int64_t iters = 1 << 17;  // 1.5 M instructions a pass: ~0.3-0.6 ms
+  for (int rep = 0; rep < 4; ++rep) pool.run_on_all([&](int) { int_dot_loop(op, iters); });
   std::vector<double> runs;
   for (int rep = 0; rep < 15; ++rep) {
     auto t0 = Clock::now();
-    pool.run_on_all([&](int) { sink += loop(iters); });
+    pool.run_on_all([&](int) { int_dot_loop(op, iters); });
     runs.push_back(ops * double(iters) * pool.size() / seconds_since(t0) / 1e9);
   }
   return summarize(std::move(runs), std::to_string(pool.size()) + " threads");
