@@ -105,6 +105,12 @@ struct QTile {
   int ncols;             // 1..blocks * 8
 };
 constexpr int kQMaxRows = 4;
+// Software prefetch of both tile sets: each step touches the same place of the blocks
+// kTilesAhead tiles on (the next tiles' blocks follow these in memory), so a thread's weight
+// stream is requested two tiles before it is read. Measured on a Zen 3 at M = 1, 2 threads, 80 MiB of 3072 x 1024 weights:
+// int4 23.7 -> 31.2 GB/s, int8 27.2 -> 33.4 (1 and 3 tiles ahead within 2%; a fixed 256-2048
+// bytes ahead within each block, 1.0-1.15x: a 1-row tile's blocks are only K / 2 bytes long).
+constexpr int kTilesAhead = 2;
 constexpr int kQMaxBlocks = 4;
 // x row [0, k) to the codes the tiles read, padded with zeros to kpad (AVX2): for int8 weights
 // int16 codes of scale max|x| / 16383 (*xscale); for int4 weights int8 codes in each group g of

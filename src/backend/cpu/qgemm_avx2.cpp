@@ -24,13 +24,6 @@
 namespace nanovllm::cpu::detail {
 namespace {
 
-// Software prefetch: each step touches the same place of the blocks kTilesAhead tiles on (the
-// next tiles' blocks follow these in memory), so a thread's weight stream is requested two tiles
-// before it is read. Measured on a Zen 3 at M = 1, 2 threads, 80 MiB of 3072 x 1024 weights:
-// int4 23.7 -> 31.2 GB/s, int8 27.2 -> 33.4 (1 and 3 tiles ahead within 2%; a fixed 256-2048
-// bytes ahead within each block, 1.0-1.15x: a 1-row tile's blocks are only K / 2 bytes long).
-constexpr int kTilesAhead = 2;
-
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")
 

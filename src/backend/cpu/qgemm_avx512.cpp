@@ -20,8 +20,6 @@
 namespace nanovllm::cpu::detail {
 namespace {
 
-constexpr int kTilesAhead = 2;  // software prefetch distance, as in the AVX2 tiles
-
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma,f16c")
 // GCC 12 warns (-Wmaybe-uninitialized) inside the unmasked intrinsics (their _mm512_undefined
