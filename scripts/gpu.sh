@@ -23,8 +23,8 @@
 #          against the weights' bound at the copy bandwidth, and the time to first token of a
 #          1,024-token prompt
 #   profile  the top kernels of the bench workload by GPU time: nsys where installed, else
-#          Nsight Compute over two decode steps (NANOVLLM_PROFILE_STEPS, default 400:401; time,
-#          DRAM GB/s, SM % per kernel)
+#          Nsight Compute over two decode steps (NANOVLLM_PROFILE_STEPS, default 150:151 of a
+#          128-sequence run with a 16 GB cache; time, DRAM GB/s, SM % per kernel)
 #   hf     transformers' continuous batching on the same workload (slow: about 4 minutes)
 #   table  the results so far, one table (printed last by every run)
 # Each phase fits the device tool's 10-minute limit. Logs and JSON go to .gpu/out; when $OUT is
@@ -269,13 +269,17 @@ print('; '.join(f'{r[-1][:40]} {float(r[0]):.1f}%' for r in rows[:6]))")"
     return
   fi
   [ -n "$ncu" ] || { note profile FAIL "neither nsys nor ncu found"; return; }
-  # Nsight Compute: every kernel of two decode steps of the bench workload (256 sequences, CUDA
-  # graphs; steps NANOVLLM_PROFILE_STEPS, the engine's profiler window, mid-run), each timed alone
-  # with its DRAM traffic. Kernels outside the window run unprofiled.
-  NANOVLLM_PROFILE_STEPS=${NANOVLLM_PROFILE_STEPS:-400:401} timeout 400 "$ncu" --profile-from-start off \
+  # Nsight Compute: every kernel of two decode steps of the bench workload (128 sequences, CUDA
+  # graphs; steps NANOVLLM_PROFILE_STEPS, the engine's profiler window, early in the decode), each
+  # timed alone with its DRAM traffic. Kernels outside the window run unprofiled. The KV cache is
+  # held to 16 GB: a replayed kernel has the memory it may write saved and restored around each
+  # pass, and the default cache (90% of the GPU) kept a 256-sequence run under ncu from reaching
+  # step 400 in 300 s on an H200.
+  NANOVLLM_PROFILE_STEPS=${NANOVLLM_PROFILE_STEPS:-150:151} timeout 300 "$ncu" --profile-from-start off \
     --clock-control none --cache-control none --csv \
     --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,sm__throughput.avg.pct_of_peak_sustained_elapsed \
-    "$bin" bench --model "$model" --device cuda --no-roofline > "$out/ncu.csv" 2> "$out/profile.log"
+    "$bin" bench --model "$model" --device cuda --no-roofline --num-seqs 128 --kv-cache-memory 16G \
+    > "$out/ncu.csv" 2> "$out/profile.log"
   if python3 - "$out/ncu.csv" > "$out/kernels.txt" 2>> "$out/profile.log" << 'PY'
 import csv, sys, collections
 rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]

