@@ -6,8 +6,8 @@
 //            512 and 1024, 32 and 1 at 1024, over a bf16 and an fp8 cache: bytes = K and V rows read
 //            (B * ctx * 8 * 128 * element bytes * 2)
 //   prefill: attention_prefill of one 1024-token prompt: 4 * D * Hq * T(T+1)/2 FLOPs
-//   linear:  x[M, 1024] @ w[3072, 1024]^T for M = 1, 16 (GEMV: weight bytes / s) and 256, 4096
-//            (cuBLASLt: FLOP/s)
+//   linear:  x[M, 1024] @ w[3072, 1024]^T for M = 1 (the CUDA-core GEMV), 2, 4, 8, 16 (the
+//            tensor-core GEMV) and 64, 256, 4096 (cuBLASLt): weight bytes / s and FLOP/s
 //   bench_cuda
 #include <algorithm>
 #include <chrono>
@@ -151,7 +151,7 @@ int main() {
     const int64_t n = 3072, k = 1024;
     std::vector<uint16_t> wh(static_cast<size_t>(n * k), 0x3c00);
     LinearWeight w = be->make_linear_weight(Tensor::contiguous(wh.data(), DType::BF16, {n, k}));
-    for (int64_t m : {1, 16, 256, 4096}) {
+    for (int64_t m : {1, 2, 4, 8, 16, 64, 256, 4096}) {
       Tensor x = alloc(*be, keep, DType::BF16, {m, k}), y = alloc(*be, keep, DType::BF16, {m, n});
       const double t = median_seconds(*be, [&] { be->linear(y, x, w, nullptr); });
       std::printf("linear M=%lld [%lld x %lld]: %.1f us -> %.0f GB/s of weights, %.1f TFLOP/s\n",

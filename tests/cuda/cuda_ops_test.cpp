@@ -89,20 +89,22 @@ TEST_F(CudaOps, VocabParallelEmbeddingZerosOtherRanksIds) {
   expect_close_scaled(sum, ref::embedding(ids, table, hidden), 0.0, "sum over ranks");
 }
 
-// out = x @ w^T (+ bias) for M on both paths (GEMV: 1..16, cuBLASLt: more), bf16 and f32 out,
-// x a strided view; and a row's GEMV result does not depend on M.
+// out = x @ w^T (+ bias) for M on every path (GEMV: 1 on the CUDA cores, 2..16 on the tensor
+// cores, rows 9..16 in the mma's upper half; cuBLASLt: more), bf16 and f32 out, x a strided view,
+// N not a multiple of 8, K not a multiple of 32 or past one round of the tensor-core GEMV's warps
+// (1096); and a row's GEMV result does not depend on M.
 TEST_F(CudaOps, LinearMatchesReference) {
   struct Shape {
     int64_t n, k;
   };
-  for (Shape s : {Shape{40, 64}, Shape{72, 136}, Shape{33, 24}, Shape{1000, 512}}) {
+  for (Shape s : {Shape{40, 64}, Shape{72, 136}, Shape{33, 24}, Shape{1000, 512}, Shape{20, 1096}}) {
     Vec wv = random_bf16(rng, size_t(s.n * s.k));
     std::vector<uint16_t> wh(wv.size());
     for (size_t i = 0; i < wv.size(); ++i) wh[i] = f32_to_bf16(wv[i]);
     LinearWeight w = be->make_linear_weight(Tensor::contiguous(wh.data(), DType::BF16, {s.n, s.k}));
     Vec bias = random_bf16(rng, size_t(s.n));
     Tensor bias_t = bf16(bias, {s.n});
-    for (int64_t m : {1, 3, 16, 17, 45}) {
+    for (int64_t m : {1, 2, 3, 8, 9, 16, 17, 45}) {
       const int64_t width = s.k + 8;  // x is the first k columns of a wider buffer
       Vec xw = random_bf16(rng, size_t(m * width));
       Tensor xbuf = bf16(xw, {m, width});

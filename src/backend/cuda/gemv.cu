@@ -1,8 +1,8 @@
-// bf16 GEMV for small M (1..16 rows, decode): cuBLASLt is far from bandwidth there. One warp
-// per output feature n: each lane streams 16-byte chunks of w[n] (4 in flight), multiplies them
-// with the same chunk of every x row (read through L1: all warps of a CTA share them), then the
-// warp sums each row (the loop is gemv.cuh's, shared with the experts' GEMV in moe.cu). Row m's
-// result is the same for every M: same lanes, same order.
+// bf16 GEMV for one row (batch-1 decode): cuBLASLt is far from bandwidth there. One warp per
+// output feature n: each lane streams 16-byte chunks of w[n] (4 in flight), multiplies them with
+// the same chunk of x, then the warp sums (the loop is gemv.cuh's, shared with the experts' GEMV
+// in moe.cu, which runs it for tiles of up to 16 rows). 2..16 rows run on the tensor cores
+// (gemv_mma.cu): this loop's 16-row tile ran at a sixth of its one-row bandwidth on an H200.
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/gemv.cuh"
 #include "backend/cuda/kernels.h"
@@ -29,42 +29,23 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
   gemv_store_rows<MT, kF32Out>(out, out_stride, acc, bias, col, m, lane);
 }
 
-template <int MT>
-void launch_mt(void* out, bool out_f32, int64_t out_stride, const uint16_t* x, int64_t x_stride,
-               const uint16_t* w, const uint16_t* bias, int64_t m, int64_t n, int64_t k,
-               cudaStream_t stream) {
-  const unsigned grid = unsigned((n + kGemvWarps - 1) / kGemvWarps);
-  if (out_f32) {
-    gemv_kernel<MT, true>
-        <<<grid, kGemvWarps * 32, 0, stream>>>(out, out_stride, x, x_stride, w, bias, int(m), n, k);
-  } else {
-    gemv_kernel<MT, false>
-        <<<grid, kGemvWarps * 32, 0, stream>>>(out, out_stride, x, x_stride, w, bias, int(m), n, k);
-  }
-}
-
 }  // namespace
 
 void launch_gemv(void* out, bool out_f32, int64_t out_stride, const uint16_t* x, int64_t x_stride,
                  const uint16_t* w, const uint16_t* bias, int64_t m, int64_t n, int64_t k,
                  cudaStream_t stream) {
   if (m == 0 || n == 0) return;
-  switch (gemv_m_tile(m)) {
-    case 1:
-      launch_mt<1>(out, out_f32, out_stride, x, x_stride, w, bias, m, n, k, stream);
-      break;
-    case 2:
-      launch_mt<2>(out, out_f32, out_stride, x, x_stride, w, bias, m, n, k, stream);
-      break;
-    case 4:
-      launch_mt<4>(out, out_f32, out_stride, x, x_stride, w, bias, m, n, k, stream);
-      break;
-    case 8:
-      launch_mt<8>(out, out_f32, out_stride, x, x_stride, w, bias, m, n, k, stream);
-      break;
-    default:
-      launch_mt<16>(out, out_f32, out_stride, x, x_stride, w, bias, m, n, k, stream);
-      break;
+  if (gemv_uses_mma(m)) {
+    launch_gemv_mma(out, out_f32, out_stride, x, x_stride, w, bias, m, n, k, stream);
+    return;
+  }
+  const unsigned grid = unsigned((n + kGemvWarps - 1) / kGemvWarps);
+  if (out_f32) {
+    gemv_kernel<1, true><<<grid, kGemvWarps * 32, 0, stream>>>(out, out_stride, x, x_stride, w,
+                                                               bias, 1, n, k);
+  } else {
+    gemv_kernel<1, false><<<grid, kGemvWarps * 32, 0, stream>>>(out, out_stride, x, x_stride, w,
+                                                                bias, 1, n, k);
   }
   NV_CUDA_CHECK("linear (gemv)", cudaGetLastError());
 }

@@ -113,10 +113,17 @@ void launch_attention_decode(uint16_t* out, Rows q, int32_t hq, PagedKV kv,
                              int grid_partitions, float scale, float* partials,
                              cudaStream_t stream);
 
-// gemv.cu: out[m, n] = sum_k x[m, k] w[n, k] (+ bias[n]); m <= kGemvMaxM (launch.h).
+// gemv.cu: out[m, n] = sum_k x[m, k] w[n, k] (+ bias[n]); m <= kGemvMaxM (launch.h): one row on
+// the CUDA cores, 2..16 on the tensor cores (launch_gemv_mma).
 void launch_gemv(void* out, bool out_f32, int64_t out_stride, const uint16_t* x, int64_t x_stride,
                  const uint16_t* w, const uint16_t* bias, int64_t m, int64_t n, int64_t k,
                  cudaStream_t stream);
+
+// gemv_mma.cu: the same product on the tensor cores, for up to 16 rows (launch_gemv sends it
+// those of launch.h gemv_uses_mma).
+void launch_gemv_mma(void* out, bool out_f32, int64_t out_stride, const uint16_t* x,
+                     int64_t x_stride, const uint16_t* w, const uint16_t* bias, int64_t m,
+                     int64_t n, int64_t k, cudaStream_t stream);
 
 // moe.cu: fused_moe's kernels (CudaBackend::fused_moe in fused_moe.cpp runs them per chunk of
 // tokens). A chunk's n = tokens * top_k (token, slot) pairs: pair p = t * top_k + j is slot j of

@@ -73,6 +73,12 @@ inline int gemv_m_tile(int64_t m) {
     if (m <= t) return t;
   return 0;
 }
+// Rows from which the GEMV runs on the tensor cores (gemv_mma.cu: 8 features a CTA, K split over
+// kGemvMmaWarps warps) instead of the CUDA cores (gemv.cu, kept for one row, where it streams at
+// the bandwidth it can reach): the CUDA-core tile of 16 rows ran at a sixth of its one-row rate.
+inline constexpr int kGemvMmaMinM = 2;
+inline constexpr int kGemvMmaWarps = 8;
+inline bool gemv_uses_mma(int64_t m) { return m >= kGemvMmaMinM && m <= kGemvMaxM; }
 // 16-byte loads need K % 8 == 0 and 16-byte aligned rows.
 inline bool gemv_eligible(int64_t m, int64_t k, int64_t x_stride, uintptr_t x, uintptr_t w) {
   return m >= 1 && m <= kGemvMaxM && k % 8 == 0 && x_stride % 8 == 0 && x % 16 == 0 && w % 16 == 0;
