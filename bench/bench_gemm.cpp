@@ -1,9 +1,12 @@
 // GEMM benchmark on the Qwen3-0.6B linear shapes, with napkin math: each shape at decode
 // (M=1, 4, 8, 16, 32, 64: the weights streamed from memory; bound by the bandwidth at M = 1, by
 // the multiply-add peak above a few rows) and prefill (M=512: bound by the peak), against this
-// machine's ceilings measured in the same run.
+// machine's ceilings measured in the same run. With --quant, the quantized GEMM (qgemm.h) on the
+// same shapes, quantized at load as the engine does, against the integer dot product's peak.
 //
 //   bench_gemm [--threads N] [--avx2 | --isa avx2_fma|avx512_fma|avx512_bf16]
+//   bench_gemm --quant int8|int4|int4-g32|int4-g128 [--threads N] [--avx2]
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -16,7 +19,9 @@
 #include <vector>
 
 #include "backend/cpu/gemm.h"
+#include "backend/cpu/qgemm.h"
 #include "backend/cpu/roofline.h"
+#include "runtime/quant.h"
 #include "runtime/tensor.h"
 
 using namespace nanovllm;
@@ -56,31 +61,49 @@ bool parse_isa(const std::string& name, GemmIsa* isa) {
 int main(int argc, char** argv) {
   int threads = 2;
   GemmIsa isa = detect_gemm_isa();
+  CpuIsa qwant = CpuIsa::Auto;
+  QuantScheme quant;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "--threads" && i + 1 < argc)
+    if (a == "--threads" && i + 1 < argc) {
       threads = std::atoi(argv[++i]);
-    else if (a == "--avx2")
+    } else if (a == "--avx2") {
       isa = GemmIsa::AVX2;
-    else if (a == "--isa" && i + 1 < argc && parse_isa(argv[i + 1], &isa))
+      qwant = CpuIsa::AVX2;
+    } else if (a == "--isa" && i + 1 < argc && parse_isa(argv[i + 1], &isa)) {
       ++i;
-    else {
-      std::fprintf(stderr, "usage: bench_gemm [--threads N] [--avx2 | --isa avx2_fma|avx512_fma|avx512_bf16]\n");
+    } else if (a == "--quant" && i + 1 < argc) {
+      try {
+        quant = parse_quantization(argv[++i]);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "bench_gemm: %s\n", e.what());
+        return 2;
+      }
+    } else {
+      std::fprintf(stderr,
+                   "usage: bench_gemm [--threads N] [--avx2 | --isa avx2_fma|avx512_fma|avx512_bf16]\n"
+                   "       bench_gemm --quant int8|int4|int4-g32|int4-g128 [--threads N] [--avx2]\n");
       return 2;
     }
   }
   ThreadPool pool(threads);
-  std::printf("kernels %s, %d threads; %s\n", gemm_isa_name(isa), threads, machine_load().c_str());
+  const QGemmIsa qisa = select_qgemm_isa(qwant);
+  if (quant.enabled()) {
+    std::printf("quantized kernels %s (%s), %d threads; %s\n", qgemm_isa_name(qisa),
+                quantization_name(quant).c_str(), threads, machine_load().c_str());
+  } else {
+    std::printf("kernels %s, %d threads; %s\n", gemm_isa_name(isa), threads,
+                machine_load().c_str());
+  }
   const Ceiling bwc = measure_read_bandwidth(pool);
-  const Ceiling peakc = measure_gemm_peak(pool, isa);
+  const Ceiling peakc = quant.enabled() ? measure_qgemm_peak(pool, qisa, quant.format)
+                                        : measure_gemm_peak(pool, isa);
   const double bw = bwc.best, peak = peakc.best;
   std::printf("read bandwidth: %s\n", describe(bwc, "GB/s").c_str());
-  std::printf("%s peak: %s\n  (2 FLOPs per multiply-add; the instructions these kernels run)\n",
-              gemm_peak_name(isa), describe(peakc, "GFLOP/s").c_str());
-  std::printf(
-      "ridge point: %.0f FLOP/byte; a bf16 weight byte does 2*M/2 = M FLOPs, so M < %.0f "
-      "is bandwidth-bound\n\n",
-      peak / bw, peak / bw);
+  std::printf("%s peak: %s\n  (2 ops per multiply-add; the instructions these kernels run)\n",
+              quant.enabled() ? qgemm_peak_name(qisa, quant.format) : gemm_peak_name(isa),
+              describe(peakc, quant.enabled() ? "G ops/s" : "GFLOP/s").c_str());
+  std::printf("ridge point: %.0f ops per weight byte read\n\n", peak / bw);
 
   const Shape shapes[] = {{"qkv_proj", 4096, 1024},
                           {"o_proj", 1024, 2048},
@@ -88,17 +111,24 @@ int main(int argc, char** argv) {
                           {"down_proj", 1024, 3072},
                           {"lm_head", 151936, 1024}};
   std::printf("%-13s %4s %6s %5s | %8s %8s %8s | %7s %5s | %8s %5s\n", "shape", "M", "N", "K",
-              "best ms", "med ms", "bound ms", "GB/s", "%bw", "GFLOP/s", "%pk");
+              "best ms", "med ms", "bound ms", "GB/s", "%bw", quant.enabled() ? "G ops/s" : "GFLOP/s",
+              "%pk");
   std::mt19937 rng(0);
   for (const Shape& s : shapes) {
     std::vector<uint16_t> w(size_t(s.n * s.k));
     for (auto& v : w) v = f32_to_bf16(std::uniform_real_distribution<float>(-1, 1)(rng));
-    const size_t wbytes = packed_weight_bytes(s.n, s.k);
+    const QuantLayout layout = quant_layout(quant, s.n, s.k);
+    const size_t wbytes = quant.enabled() ? layout.bytes() : packed_weight_bytes(s.n, s.k);
     // Enough copies that the weights cycled through exceed the LLC: decode reads from memory
     // as in a real step (28 layers of weights), not from a warm L3.
     const int copies = int(std::max<size_t>(1, (size_t(512) << 20) / wbytes));
     Mem packed = alloc(wbytes * size_t(copies));
-    pack_weight(packed.get(), w.data(), s.n, s.k);
+    if (quant.enabled()) {
+      const QuantizedWeight qw = quantize_rtn(w.data(), s.n, s.k, quant, s.name);
+      pack_quantized_blocks(packed.get(), qw, layout, 0, layout.nblocks);
+    } else {
+      pack_weight(packed.get(), w.data(), s.n, s.k);
+    }
     for (int c = 1; c < copies; ++c)
       std::memcpy(static_cast<uint8_t*>(packed.get()) + wbytes * size_t(c), packed.get(), wbytes);
     std::vector<uint16_t> bias(size_t(s.n), f32_to_bf16(0.5f));
@@ -109,13 +139,24 @@ int main(int argc, char** argv) {
       for (auto& v : x) v = std::uniform_real_distribution<float>(-1, 1)(rng);
       std::vector<float> out(size_t(m * s.n));
       GemmArgs a{out.data(), s.n, x.data(), s.k, packed.get(), nullptr, m, s.n, s.k};
-      gemm(a, pool, isa);  // warm-up
+      GemmScratch scratch;
+      QGemmArgs qa{out.data(), s.n, x.data(), s.k, packed.get(), &layout, nullptr, m, &scratch};
+      const auto run = [&](const void* wp) {
+        if (quant.enabled()) {
+          qa.packed_w = wp;
+          qgemm(qa, pool, qisa);
+        } else {
+          a.packed_w = wp;
+          gemm(a, pool, isa);
+        }
+      };
+      run(packed.get());  // warm-up
       std::vector<double> times;
       double total = 0.0;
       for (int rep = 0; rep < 200 && (total < 0.3 || rep < 5); ++rep) {
-        a.packed_w = static_cast<uint8_t*>(packed.get()) + wbytes * size_t((rep + 1) % copies);
+        const void* wp = static_cast<uint8_t*>(packed.get()) + wbytes * size_t((rep + 1) % copies);
         double t0 = now_s();
-        gemm(a, pool, isa);
+        run(wp);
         double t = now_s() - t0;
         times.push_back(t);
         total += t;
