@@ -133,7 +133,7 @@ TEST(QGemm, MatchesDequantizedReference) {
       Packed w = make_weight(n, k, s, rng);
       std::vector<uint16_t> bias(static_cast<size_t>(n));
       for (auto& b : bias) b = f32_to_bf16(float(rng() % 200) / 50.0f - 2.0f);
-      for (int64_t m : {1, 2, 3, 4, 5, 9, 33, 70}) {
+      for (int64_t m : {1, 2, 3, 4, 5, 8, 9, 12, 33, 70}) {
         const int64_t ldx = k + 3;
         std::vector<float> x = random_x(m, ldx, rng);
         for (QGemmIsa isa : isas()) {

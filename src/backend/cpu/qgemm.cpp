@@ -164,6 +164,7 @@ void qgemm(const QGemmArgs& a, ThreadPool& pool, QGemmIsa isa) {
   }
 
   // AVX2 tiles: 4 rows x 2 blocks, or 1 row x 4 blocks (a lone row streams 4 blocks at once).
+  // AVX-512 VNNI: up to 4 rows x 4 blocks, 8 rows x 2 blocks from 5 rows on (qgemm.h).
   // For int4, measured on a Zen 3 at M = 16 and 64 (6144 x 1024, 2 threads): 4 x 2 at 152 G
   // multiply-adds a second, 3 x 2 at 142-147, 4 x 1 at 134. AVX-512 VNNI tiles: 4 rows x 4
   // blocks (two zmm of 16 columns), a lone row 2 blocks (one zmm): measured on an Intel Xeon
@@ -172,16 +173,17 @@ void qgemm(const QGemmArgs& a, ThreadPool& pool, QGemmIsa isa) {
   // 17.8-18.9): fewer concurrent streams from memory. The threads split the column blocks
   // in units of 4; each walks its units over M blocks of rows whose x codes stay in L2 while the
   // unit's weights stay in L1.
-  const int max_rows = detail::kQMaxRows;
+  const bool vnni = isa == QGemmIsa::AVX512_VNNI;
+  const bool wide = vnni && m > detail::kQMaxRows;  // 8-row tiles of 2 blocks
+  const int max_rows = wide ? detail::kQMaxRowsVnni : detail::kQMaxRows;
   const int64_t units = (l.nblocks + 3) / 4;
-  const int64_t mc = std::max<int64_t>(detail::kQMaxRows,
-                                       (int64_t(192) << 10) / (l.kpad * code_bytes) / 4 * 4);
+  const int64_t mc =
+      std::max<int64_t>(max_rows, (int64_t(192) << 10) / (l.kpad * code_bytes) / max_rows * max_rows);
   pool.parallel_for(units, [&](int64_t u0, int64_t u1, int) {
     const int64_t b_end = std::min(l.nblocks, u1 * 4);
     for (int64_t m0 = 0; m0 < m; m0 += mc) {
       const int64_t m1 = std::min(m, m0 + mc);
-      const bool vnni = isa == QGemmIsa::AVX512_VNNI;
-      const int want = m1 - m0 == 1 ? (vnni ? 2 : 4) : (vnni ? 4 : 2);
+      const int want = m1 - m0 == 1 ? (vnni ? 2 : 4) : (vnni && !wide ? 4 : 2);
       for (int64_t b = u0 * 4; b < b_end;) {
         const int blocks = int(std::min<int64_t>(want, b_end - b));
         for (int64_t r = m0; r < m1;) {

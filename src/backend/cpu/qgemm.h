@@ -101,10 +101,15 @@ struct QTile {
   float* out;
   int64_t ldo;
   const uint16_t* bias;  // bf16, at the tile's first column, or nullptr
-  int rows;              // 1..kQMaxRows
+  int rows;              // 1..kQMaxRows (AVX-512 VNNI with 2 blocks: 1..kQMaxRowsVnni)
   int ncols;             // 1..blocks * 8
 };
 constexpr int kQMaxRows = 4;
+// The AVX-512 VNNI tiles of 2 blocks (one zmm of 16 columns) also take 5..8 rows: per 16 dot
+// products an 8-row tile loads and widens its weights once where two 4-row tiles of 4 blocks
+// do it twice (the int8 shifts share the two vector ports with vpdpwssd), and a block's
+// weights are read by half as many row tiles.
+constexpr int kQMaxRowsVnni = 8;
 // Software prefetch of both tile sets: each step touches the same place of the blocks
 // kTilesAhead tiles on (the next tiles' blocks follow these in memory), so a thread's weight
 // stream is requested two tiles before it is read. Measured on a Zen 3 at M = 1, 2 threads, 80 MiB of 3072 x 1024 weights:

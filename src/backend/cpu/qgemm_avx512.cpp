@@ -243,23 +243,27 @@ constexpr std::array<QTileFn, sizeof...(I)> table4(std::index_sequence<I...>) {
   return {&qtile4<int(I) + 1, NP>...};
 }
 
+// Tiles of one pair (2 blocks) for 1..kQMaxRowsVnni rows, of two pairs for 1..kQMaxRows.
 constexpr auto kRows = std::make_index_sequence<kQMaxRows>();
-constexpr std::array<std::array<QTileFn, kQMaxRows>, 2> kInt8RowTiles = {
-    table8<1>(kRows, false), table8<2>(kRows, false)};
-constexpr std::array<std::array<QTileFn, kQMaxRows>, 2> kInt8GroupTiles = {
-    table8<1>(kRows, true), table8<2>(kRows, true)};
-constexpr std::array<std::array<QTileFn, kQMaxRows>, 2> kInt4Tiles = {table4<1>(kRows),
-                                                                     table4<2>(kRows)};
+constexpr auto kRowsWide = std::make_index_sequence<kQMaxRowsVnni>();
+constexpr auto kInt8RowOnePair = table8<1>(kRowsWide, false);
+constexpr auto kInt8RowTwoPairs = table8<2>(kRows, false);
+constexpr auto kInt8GroupOnePair = table8<1>(kRowsWide, true);
+constexpr auto kInt8GroupTwoPairs = table8<2>(kRows, true);
+constexpr auto kInt4OnePair = table4<1>(kRowsWide);
+constexpr auto kInt4TwoPairs = table4<2>(kRows);
 
 }  // namespace
 
 QTileFn avx512_qtile(QuantScheme scheme, int rows, int blocks) {
-  NV_CHECK(rows >= 1 && rows <= kQMaxRows && blocks >= 1 && blocks <= kQMaxBlocks,
+  const bool one_pair = blocks <= 2;
+  NV_CHECK(rows >= 1 && rows <= (one_pair ? kQMaxRowsVnni : kQMaxRows) && blocks >= 1 &&
+               blocks <= kQMaxBlocks,
            "qtile {} x {}", rows, blocks);
-  const auto& t = scheme.format == QuantFormat::Int4 ? kInt4Tiles
-                  : scheme.group                     ? kInt8GroupTiles
-                                                     : kInt8RowTiles;
-  return t[size_t((blocks + 1) / 2 - 1)][size_t(rows - 1)];
+  const size_t r = size_t(rows - 1);
+  if (scheme.format == QuantFormat::Int4) return one_pair ? kInt4OnePair[r] : kInt4TwoPairs[r];
+  if (scheme.group) return one_pair ? kInt8GroupOnePair[r] : kInt8GroupTwoPairs[r];
+  return one_pair ? kInt8RowOnePair[r] : kInt8RowTwoPairs[r];
 }
 
 }  // namespace nanovllm::cpu::detail
