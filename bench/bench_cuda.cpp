@@ -3,8 +3,8 @@
 // as many calls back to back as fill about 2 ms (a single call would time its launch and sync).
 //   copy:    a 1 GiB device-to-device copy: (read + write) bytes / s, the bandwidth yardstick
 //   decode:  attention_decode, 16 q / 8 kv heads, D 128, 256-token blocks, batch 256 at context
-//            512 and 1024, 32 and 1 at 1024, over a bf16 and an fp8 cache: bytes = K and V rows read
-//            (B * ctx * 8 * 128 * element bytes * 2)
+//            512 and 1024, 32 and 1 at 1024, over a bf16 and an fp8 cache: bytes = K and V rows
+//            read (B * ctx * 8 * 128 * element bytes * 2)
 //   prefill: attention_prefill of one 1024-token prompt: 4 * D * Hq * T(T+1)/2 FLOPs
 //   linear:  x[M, 1024] @ w[3072, 1024]^T for M = 1 (the CUDA-core GEMV), 2, 4, 8, 16 (the
 //            tensor-core GEMV) and 64, 256, 4096 (cuBLASLt): weight bytes / s and FLOP/s

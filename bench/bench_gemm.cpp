@@ -80,9 +80,10 @@ int main(int argc, char** argv) {
         return 2;
       }
     } else {
-      std::fprintf(stderr,
-                   "usage: bench_gemm [--threads N] [--avx2 | --isa avx2_fma|avx512_fma|avx512_bf16]\n"
-                   "       bench_gemm --quant int8|int4|int4-g32|int4-g128 [--threads N] [--avx2]\n");
+      std::fprintf(
+          stderr,
+          "usage: bench_gemm [--threads N] [--avx2 | --isa avx2_fma|avx512_fma|avx512_bf16]\n"
+          "       bench_gemm --quant int8|int4|int4-g32|int4-g128 [--threads N] [--avx2]\n");
       return 2;
     }
   }
@@ -96,8 +97,8 @@ int main(int argc, char** argv) {
                 machine_load().c_str());
   }
   const Ceiling bwc = measure_read_bandwidth(pool);
-  const Ceiling peakc = quant.enabled() ? measure_qgemm_peak(pool, qisa, quant.format)
-                                        : measure_gemm_peak(pool, isa);
+  const Ceiling peakc =
+      quant.enabled() ? measure_qgemm_peak(pool, qisa, quant.format) : measure_gemm_peak(pool, isa);
   const double bw = bwc.best, peak = peakc.best;
   std::printf("read bandwidth: %s\n", describe(bwc, "GB/s").c_str());
   std::printf("%s peak: %s\n  (2 ops per multiply-add; the instructions these kernels run)\n",
@@ -111,8 +112,8 @@ int main(int argc, char** argv) {
                           {"down_proj", 1024, 3072},
                           {"lm_head", 151936, 1024}};
   std::printf("%-13s %4s %6s %5s | %8s %8s %8s | %7s %5s | %8s %5s\n", "shape", "M", "N", "K",
-              "best ms", "med ms", "bound ms", "GB/s", "%bw", quant.enabled() ? "G ops/s" : "GFLOP/s",
-              "%pk");
+              "best ms", "med ms", "bound ms", "GB/s", "%bw",
+              quant.enabled() ? "G ops/s" : "GFLOP/s", "%pk");
   std::mt19937 rng(0);
   for (const Shape& s : shapes) {
     std::vector<uint16_t> w(size_t(s.n * s.k));

@@ -97,7 +97,8 @@ TEST_F(CudaOps, LinearMatchesReference) {
   struct Shape {
     int64_t n, k;
   };
-  for (Shape s : {Shape{40, 64}, Shape{72, 136}, Shape{33, 24}, Shape{1000, 512}, Shape{20, 1096}}) {
+  for (Shape s :
+       {Shape{40, 64}, Shape{72, 136}, Shape{33, 24}, Shape{1000, 512}, Shape{20, 1096}}) {
     Vec wv = random_bf16(rng, size_t(s.n * s.k));
     std::vector<uint16_t> wh(wv.size());
     for (size_t i = 0; i < wv.size(); ++i) wh[i] = f32_to_bf16(wv[i]);

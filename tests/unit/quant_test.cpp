@@ -61,23 +61,27 @@ TEST(Quant, Int8IsPerRowNearest) {
 // Codes are w / scale rounded to nearest, ties to even, as std::nearbyint rounds: the same codes
 // whatever rounding quantize_rtn runs inside (a row whose scale is 1 puts w on the ties).
 TEST(Quant, RoundsHalfToEvenAsNearbyint) {
-  const std::vector<float> row = {127.0f, 0.5f, 1.5f, 2.5f, -0.5f, -1.5f, -2.5f, 126.5f, -3.25f, 0.0f};
+  const std::vector<float> row = {127.0f, 0.5f,  1.5f,   2.5f,   -0.5f,
+                                  -1.5f,  -2.5f, 126.5f, -3.25f, 0.0f};
   std::vector<uint16_t> bits;
   for (float v : row) bits.push_back(f32_to_bf16(v));
-  QuantizedWeight q = quantize_rtn(bits.data(), 1, int64_t(row.size()), {QuantFormat::Int8, 0}, "w");
+  QuantizedWeight q =
+      quantize_rtn(bits.data(), 1, int64_t(row.size()), {QuantFormat::Int8, 0}, "w");
   ASSERT_EQ(q.scale[0], 1.0f);
   const std::vector<int> want = {127, 0, 2, 2, 0, -2, -2, 126, -3, 0};
   for (size_t i = 0; i < row.size(); ++i) EXPECT_EQ(int(q.q[i]), want[i]) << row[i];
   // Random rows: every code is nearbyint's of w * (1 / scale).
   const int64_t n = 7, k = 513;
   std::vector<uint16_t> w = random_bf16(n, k, 3);
-  for (QuantScheme scheme : {QuantScheme{QuantFormat::Int8, 0}, QuantScheme{QuantFormat::Int8, 64}}) {
+  for (QuantScheme scheme :
+       {QuantScheme{QuantFormat::Int8, 0}, QuantScheme{QuantFormat::Int8, 64}}) {
     QuantizedWeight r = quantize_rtn(w.data(), n, k, scheme, "w");
     for (int64_t j = 0; j < n; ++j) {
       for (int64_t i = 0; i < k; ++i) {
         const float s = r.scale[size_t(j * r.groups() + i / r.group_size())];
         const float code = std::nearbyint(bf16_to_f32(w[size_t(j * k + i)]) * (1.0f / s));
-        ASSERT_EQ(int(r.q[size_t(j * k + i)]), int(std::clamp(code, -127.0f, 127.0f))) << j << ", " << i;
+        ASSERT_EQ(int(r.q[size_t(j * k + i)]), int(std::clamp(code, -127.0f, 127.0f)))
+            << j << ", " << i;
       }
     }
   }

@@ -177,8 +177,8 @@ void qgemm(const QGemmArgs& a, ThreadPool& pool, QGemmIsa isa) {
   const bool wide = vnni && m > detail::kQMaxRows;  // 8-row tiles of 2 blocks
   const int max_rows = wide ? detail::kQMaxRowsVnni : detail::kQMaxRows;
   const int64_t units = (l.nblocks + 3) / 4;
-  const int64_t mc =
-      std::max<int64_t>(max_rows, (int64_t(192) << 10) / (l.kpad * code_bytes) / max_rows * max_rows);
+  const int64_t mc = std::max<int64_t>(
+      max_rows, (int64_t(192) << 10) / (l.kpad * code_bytes) / max_rows * max_rows);
   pool.parallel_for(units, [&](int64_t u0, int64_t u1, int) {
     const int64_t b_end = std::min(l.nblocks, u1 * 4);
     for (int64_t m0 = 0; m0 < m; m0 += mc) {

@@ -41,11 +41,11 @@ void launch_gemv(void* out, bool out_f32, int64_t out_stride, const uint16_t* x,
   }
   const unsigned grid = unsigned((n + kGemvWarps - 1) / kGemvWarps);
   if (out_f32) {
-    gemv_kernel<1, true><<<grid, kGemvWarps * 32, 0, stream>>>(out, out_stride, x, x_stride, w,
-                                                               bias, 1, n, k);
+    gemv_kernel<1, true>
+        <<<grid, kGemvWarps * 32, 0, stream>>>(out, out_stride, x, x_stride, w, bias, 1, n, k);
   } else {
-    gemv_kernel<1, false><<<grid, kGemvWarps * 32, 0, stream>>>(out, out_stride, x, x_stride, w,
-                                                                bias, 1, n, k);
+    gemv_kernel<1, false>
+        <<<grid, kGemvWarps * 32, 0, stream>>>(out, out_stride, x, x_stride, w, bias, 1, n, k);
   }
   NV_CUDA_CHECK("linear (gemv)", cudaGetLastError());
 }

@@ -25,9 +25,9 @@ constexpr int kUnroll = 4;  // k blocks in flight per warp
 
 template <bool kF32Out>
 __global__ void __launch_bounds__(kW * 32)
-    gemv_mma_kernel(void* out, int64_t out_stride, const uint16_t* __restrict__ x,
-                    int64_t x_stride, const uint16_t* __restrict__ w,
-                    const uint16_t* __restrict__ bias, int m, int64_t n, int64_t k) {
+    gemv_mma_kernel(void* out, int64_t out_stride, const uint16_t* __restrict__ x, int64_t x_stride,
+                    const uint16_t* __restrict__ w, const uint16_t* __restrict__ bias, int m,
+                    int64_t n, int64_t k) {
   __shared__ float partial[kW][16][8];  // [warp][row][feature]
   const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
   const int g = lane / 4, q = lane % 4;
@@ -90,11 +90,11 @@ void launch_gemv_mma(void* out, bool out_f32, int64_t out_stride, const uint16_t
   if (m == 0 || n == 0) return;
   const unsigned grid = unsigned((n + 7) / 8);
   if (out_f32) {
-    gemv_mma_kernel<true><<<grid, kW * 32, 0, stream>>>(out, out_stride, x, x_stride, w, bias,
-                                                        int(m), n, k);
+    gemv_mma_kernel<true>
+        <<<grid, kW * 32, 0, stream>>>(out, out_stride, x, x_stride, w, bias, int(m), n, k);
   } else {
-    gemv_mma_kernel<false><<<grid, kW * 32, 0, stream>>>(out, out_stride, x, x_stride, w, bias,
-                                                         int(m), n, k);
+    gemv_mma_kernel<false>
+        <<<grid, kW * 32, 0, stream>>>(out, out_stride, x, x_stride, w, bias, int(m), n, k);
   }
   NV_CUDA_CHECK("linear (gemv, tensor cores)", cudaGetLastError());
 }
