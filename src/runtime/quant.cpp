@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <exception>
 #include <thread>
 
@@ -79,10 +80,23 @@ inline float round_even(float v) {
   return (v + kMagic) - kMagic;
 }
 
+// max |w[i]| of finite values: for them the magnitude orders as its bits do, and an integer
+// maximum vectorizes (a float one does not without -ffinite-math-only).
+float max_abs(const float* w, int64_t k) {
+  uint32_t m = 0;
+  for (int64_t i = 0; i < k; ++i) {
+    uint32_t b;
+    std::memcpy(&b, w + i, 4);
+    m = std::max(m, b & 0x7fffffffu);
+  }
+  float r;
+  std::memcpy(&r, &m, 4);
+  return r;
+}
+
 // One row, symmetric: s = max|w| / 127.
 void quantize_row_int8(const float* w, int64_t k, int8_t* q, float* scale) {
-  float amax = 0;
-  for (int64_t i = 0; i < k; ++i) amax = std::max(amax, std::fabs(w[i]));
+  const float amax = max_abs(w, k);
   const float s = amax / 127.0f;
   *scale = s;
   const float inv = s > 0 ? 1.0f / s : 0.0f;
@@ -125,13 +139,20 @@ QuantizedWeight quantize_rtn(const uint16_t* w, int64_t n, int64_t k, QuantSchem
   auto quantize_rows = [&](int64_t j0, int64_t j1) {
     std::vector<float> row(static_cast<size_t>(k));
     for (int64_t j = j0; j < j1; ++j) {
-      for (int64_t i = 0; i < k; ++i) {
-        row[size_t(i)] = bf16_to_f32(w[j * k + i]);
-        if (!std::isfinite(row[size_t(i)])) {
-          fail("{}: value {} at [{}, {}] is not finite; it cannot be quantized", what,
-               row[size_t(i)], j, i);
+      // A bf16 is infinite or NaN when its exponent bits are all ones: one vectorized pass
+      // over the bits, then the conversion.
+      const uint16_t* wj = w + j * k;
+      bool finite = true;
+      for (int64_t i = 0; i < k; ++i) finite &= (wj[i] & 0x7f80) != 0x7f80;
+      if (!finite) {
+        for (int64_t i = 0; i < k; ++i) {
+          if (!std::isfinite(bf16_to_f32(wj[i]))) {
+            fail("{}: value {} at [{}, {}] is not finite; it cannot be quantized", what,
+                 bf16_to_f32(wj[i]), j, i);
+          }
         }
       }
+      for (int64_t i = 0; i < k; ++i) row[size_t(i)] = bf16_to_f32(wj[i]);
       int8_t* q = out.q.data() + j * k;
       for (int64_t g = 0; g < groups; ++g) {
         const int64_t i0 = g * gs, len = std::min(gs, k - i0);
