@@ -12,21 +12,18 @@ namespace nanovllm::cuda {
 
 namespace {
 
-template <int MT, bool kF32Out>
+template <bool kF32Out>
 __global__ void __launch_bounds__(kGemvWarps * 32)
-    gemv_kernel(void* out, int64_t out_stride, const uint16_t* __restrict__ x, int64_t x_stride,
-                const uint16_t* __restrict__ w, const uint16_t* __restrict__ bias, int m, int64_t n,
+    gemv_kernel(void* out, int64_t out_stride, const uint16_t* __restrict__ x,
+                const uint16_t* __restrict__ w, const uint16_t* __restrict__ bias, int64_t n,
                 int64_t k) {
   const int64_t col = int64_t(blockIdx.x) * kGemvWarps + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (col >= n) return;
-  const uint16_t* wr = w + col * k;
-  float acc[MT];
-#pragma unroll
-  for (int r = 0; r < MT; ++r) acc[r] = 0.0f;
-  const auto x_row = [&](int r) { return x + r * x_stride; };
-  gemv_lane_dots<MT>(acc, wr, x_row, m, k, lane);
-  gemv_store_rows<MT, kF32Out>(out, out_stride, acc, bias, col, m, lane);
+  float acc[1] = {0.0f};
+  gemv_lane_dots<1>(
+      acc, w + col * k, [&](int) { return x; }, 1, k, lane);
+  gemv_store_rows<1, kF32Out>(out, out_stride, acc, bias, col, 1, lane);
 }
 
 }  // namespace
@@ -41,11 +38,9 @@ void launch_gemv(void* out, bool out_f32, int64_t out_stride, const uint16_t* x,
   }
   const unsigned grid = unsigned((n + kGemvWarps - 1) / kGemvWarps);
   if (out_f32) {
-    gemv_kernel<1, true>
-        <<<grid, kGemvWarps * 32, 0, stream>>>(out, out_stride, x, x_stride, w, bias, 1, n, k);
+    gemv_kernel<true><<<grid, kGemvWarps * 32, 0, stream>>>(out, out_stride, x, w, bias, n, k);
   } else {
-    gemv_kernel<1, false>
-        <<<grid, kGemvWarps * 32, 0, stream>>>(out, out_stride, x, x_stride, w, bias, 1, n, k);
+    gemv_kernel<false><<<grid, kGemvWarps * 32, 0, stream>>>(out, out_stride, x, w, bias, n, k);
   }
   NV_CUDA_CHECK("linear (gemv)", cudaGetLastError());
 }
