@@ -5,7 +5,7 @@
 // same shapes, quantized at load as the engine does, against the integer dot product's peak.
 //
 //   bench_gemm [--threads N] [--avx2 | --isa avx2_fma|avx512_fma|avx512_bf16]
-//   bench_gemm --quant int8|int4|int4-g32|int4-g128 [--threads N] [--avx2]
+//   bench_gemm --quant int8|int4|int4-g32|int4-g128 [--threads N] [--avx2 | --avxvnni]
 
 #include <unistd.h>
 
@@ -78,6 +78,9 @@ int main(int argc, char** argv) {
     } else if (a == "--avx2") {
       isa = GemmIsa::AVX2;
       qwant = CpuIsa::AVX2;
+    } else if (a == "--avxvnni") {  // the tiles of an AVX2 + AVX-VNNI CPU
+      isa = GemmIsa::AVX2;
+      qwant = CpuIsa::AVXVNNI;
     } else if (a == "--isa" && i + 1 < argc && parse_isa(argv[i + 1], &isa)) {
       ++i;
     } else if (a == "--quant" && i + 1 < argc) {
@@ -91,7 +94,8 @@ int main(int argc, char** argv) {
       std::fprintf(
           stderr,
           "usage: bench_gemm [--threads N] [--avx2 | --isa avx2_fma|avx512_fma|avx512_bf16]\n"
-          "       bench_gemm --quant int8|int4|int4-g32|int4-g128 [--threads N] [--avx2]\n");
+          "       bench_gemm --quant int8|int4|int4-g32|int4-g128 [--threads N] [--avx2 | "
+          "--avxvnni]\n");
       return 2;
     }
   }

@@ -527,6 +527,7 @@ TEST(CpuIsa, PrefillAttentionEnvironmentVariable) {
 }
 
 // NANOVLLM_CPU_ISA: avx2 forces the AVX2 GEMM and decode attention and describe() says so;
+// avxvnni the same with the AVX-VNNI quantized tiles (an Error on a CPU without AVX-VNNI);
 // avx512 demands AVX-512 (an Error on a CPU without it); any other value is an Error naming it.
 TEST(CpuIsa, EnvironmentVariableSelectsKernels) {
   const char* saved = std::getenv("NANOVLLM_CPU_ISA");
@@ -538,6 +539,18 @@ TEST(CpuIsa, EnvironmentVariableSelectsKernels) {
     EXPECT_FALSE(b.decode_avx512());
     EXPECT_NE(b.describe().find("gemm avx2_fma, decode attention avx2"), std::string::npos) << b.describe();
     EXPECT_EQ(cpu::detect_gemm_isa(), cpu::GemmIsa::AVX2);
+  }
+  setenv("NANOVLLM_CPU_ISA", "avxvnni", 1);
+  if (__builtin_cpu_supports("avxvnni")) {
+    cpu::CpuBackend b(1);
+    EXPECT_EQ(b.gemm_isa(), cpu::GemmIsa::AVX2);
+    EXPECT_FALSE(b.decode_avx512());
+    EXPECT_EQ(b.qgemm_isa(), cpu::QGemmIsa::AVX_VNNI);
+    EXPECT_NE(b.describe().find("gemm avx2_fma, decode attention avx2"), std::string::npos)
+        << b.describe();
+    EXPECT_NE(b.describe().find("quantized gemm avx_vnni"), std::string::npos) << b.describe();
+  } else {
+    EXPECT_THROW(cpu::CpuBackend(1), Error);
   }
   setenv("NANOVLLM_CPU_ISA", "avx512", 1);
   if (cpu::cpu_has_avx512()) {  // the faster AVX-512 GEMM of this core (vdpbf16ps or FMA)
@@ -560,12 +573,15 @@ TEST(CpuIsa, EnvironmentVariableSelectsKernels) {
     cpu::CpuBackend b(1);
     ADD_FAILURE() << "NANOVLLM_CPU_ISA=sse9 accepted";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("'sse9': expected auto, avx2 or avx512"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("'sse9': expected auto, avx2, avxvnni or avx512"),
+              std::string::npos)
+        << e.what();
   }
   if (saved) setenv("NANOVLLM_CPU_ISA", keep.c_str(), 1);
   else unsetenv("NANOVLLM_CPU_ISA");
   EXPECT_EQ(cpu::parse_cpu_isa("auto"), cpu::CpuIsa::Auto);
   EXPECT_EQ(cpu::parse_cpu_isa(""), cpu::CpuIsa::Auto);
+  EXPECT_EQ(cpu::parse_cpu_isa("avxvnni"), cpu::CpuIsa::AVXVNNI);
   EXPECT_THROW(cpu::parse_cpu_isa("AVX2"), Error);
 }
 

@@ -7,8 +7,8 @@
 // multiplies as the reference. Integer sums are exact; the f32 flushes and final scaling add a
 // few ulps of sum_k |x_k w_k| (1e-5 of it covers them, and sums that are exactly zero get 1e-6).
 // A kernel that mixes up columns, nibbles, groups or scales errs by whole terms, far beyond that.
-// Every check runs the AVX2 tiles and, on a CPU with AVX-512 VNNI, the AVX-512 ones, which must
-// also equal the AVX2 ones bit for bit.
+// Every check runs the AVX2 tiles and, on a CPU with AVX-VNNI or AVX-512 VNNI, those tiles too,
+// which must also equal the AVX2 ones bit for bit.
 #include "backend/cpu/qgemm.h"
 
 #include <gtest/gtest.h>
@@ -52,9 +52,11 @@ Packed make_weight(int64_t n, int64_t k, QuantScheme scheme, std::mt19937& rng) 
   return p;
 }
 
-// The tile sets this CPU runs: AVX2 always, AVX-512 VNNI where present.
+// The tile sets this CPU runs: AVX2 always, AVX-VNNI and AVX-512 VNNI where present.
 std::vector<QGemmIsa> isas() {
+  __builtin_cpu_init();
   std::vector<QGemmIsa> v = {QGemmIsa::AVX2};
+  if (__builtin_cpu_supports("avxvnni")) v.push_back(QGemmIsa::AVX_VNNI);
   if (select_qgemm_isa(CpuIsa::Auto) == QGemmIsa::AVX512_VNNI) v.push_back(QGemmIsa::AVX512_VNNI);
   return v;
 }
@@ -151,7 +153,7 @@ TEST(QGemm, MatchesDequantizedReference) {
 }
 
 // A row's outputs are bitwise the same alone or in any batch, on any number of threads, with the
-// AVX2 or the AVX-512 VNNI tiles.
+// AVX2, AVX-VNNI or AVX-512 VNNI tiles.
 TEST(QGemm, RowsDoNotDependOnBatchOrThreads) {
   std::mt19937 rng(8);
   ThreadPool pool1(1), pool2(2), pool5(5);
@@ -220,17 +222,26 @@ TEST(QGemm, UnpackRowIsTheDequantizedRow) {
 }
 
 // NANOVLLM_CPU_ISA's choice: avx2 keeps the AVX2 tiles; auto takes AVX-512 VNNI where the CPU
-// has it; avx512 demands it.
+// has it, else AVX-VNNI where it has that; avx512 and avxvnni demand theirs.
 TEST(QGemm, IsaSelection) {
   __builtin_cpu_init();
   const bool vnni = cpu_has_avx512() && __builtin_cpu_supports("avx512vnni");
-  std::printf("this CPU runs the %s quantized tiles\n", vnni ? "AVX2 and AVX-512 VNNI" : "AVX2");
+  const bool avx_vnni = __builtin_cpu_supports("avxvnni");
+  std::printf("this CPU runs the AVX2%s%s quantized tiles\n", avx_vnni ? ", AVX-VNNI" : "",
+              vnni ? ", AVX-512 VNNI" : "");
   EXPECT_EQ(select_qgemm_isa(CpuIsa::AVX2), QGemmIsa::AVX2);
-  EXPECT_EQ(select_qgemm_isa(CpuIsa::Auto), vnni ? QGemmIsa::AVX512_VNNI : QGemmIsa::AVX2);
+  EXPECT_EQ(select_qgemm_isa(CpuIsa::Auto), vnni       ? QGemmIsa::AVX512_VNNI
+                                            : avx_vnni ? QGemmIsa::AVX_VNNI
+                                                       : QGemmIsa::AVX2);
   if (vnni) {
     EXPECT_EQ(select_qgemm_isa(CpuIsa::AVX512), QGemmIsa::AVX512_VNNI);
   } else {
     EXPECT_THROW(select_qgemm_isa(CpuIsa::AVX512), Error);
+  }
+  if (avx_vnni) {
+    EXPECT_EQ(select_qgemm_isa(CpuIsa::AVXVNNI), QGemmIsa::AVX_VNNI);
+  } else {
+    EXPECT_THROW(select_qgemm_isa(CpuIsa::AVXVNNI), Error);
   }
 }
 

@@ -50,7 +50,7 @@ CpuBackend::CpuBackend(int num_threads, std::optional<CpuIsa> isa, std::optional
     : pool_(resolve_threads(num_threads)),
       gemm_isa_(select_gemm_isa(isa ? *isa : cpu_isa_from_env())),
       qgemm_isa_(select_qgemm_isa(isa ? *isa : cpu_isa_from_env())),
-      decode_avx512_((isa ? *isa : cpu_isa_from_env()) != CpuIsa::AVX2 && cpu_has_avx512()),
+      decode_avx512_(avx512_allowed(isa ? *isa : cpu_isa_from_env()) && cpu_has_avx512()),
       prefill_bf16_(prefill_bf16 ? *prefill_bf16 : prefill_bf16_from_env()) {
   if (prefill_bf16_ && !bf16_prefill_available(isa ? *isa : cpu_isa_from_env()))
     fail("the bf16 prefill attention (NANOVLLM_PREFILL_ATTENTION=bf16) needs AVX-512 BF16, which "

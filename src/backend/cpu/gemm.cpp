@@ -163,7 +163,7 @@ GemmIsa select_gemm_isa(CpuIsa want) {
     fail("the CPU backend needs AVX2 and FMA, which this CPU lacks");
   if (want == CpuIsa::AVX512 && !cpu_has_avx512())
     fail("NANOVLLM_CPU_ISA=avx512: this CPU lacks AVX-512 F/BW/VL/DQ (use avx2 or auto)");
-  if (want == CpuIsa::AVX2 || !cpu_has_avx512()) return GemmIsa::AVX2;
+  if (!avx512_allowed(want) || !cpu_has_avx512()) return GemmIsa::AVX2;
   if (!cpu_has_avx512_bf16()) return GemmIsa::AVX512_FMA;
   // Measured once per process: the choice is the core's, and the same for every backend.
   static const bool dot = bf16_dot_outruns_fma512();

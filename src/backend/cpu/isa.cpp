@@ -11,8 +11,9 @@ namespace nanovllm::cpu {
 CpuIsa parse_cpu_isa(std::string_view s) {
   if (s.empty() || s == "auto") return CpuIsa::Auto;
   if (s == "avx2") return CpuIsa::AVX2;
+  if (s == "avxvnni") return CpuIsa::AVXVNNI;
   if (s == "avx512") return CpuIsa::AVX512;
-  fail("NANOVLLM_CPU_ISA='{}': expected auto, avx2 or avx512", std::string(s));
+  fail("NANOVLLM_CPU_ISA='{}': expected auto, avx2, avxvnni or avx512", std::string(s));
 }
 
 CpuIsa cpu_isa_from_env() {
@@ -34,6 +35,8 @@ const char* cpu_isa_name(CpuIsa isa) {
       return "auto";
     case CpuIsa::AVX2:
       return "avx2";
+    case CpuIsa::AVXVNNI:
+      return "avxvnni";
     case CpuIsa::AVX512:
       return "avx512";
   }
@@ -48,6 +51,6 @@ bool cpu_has_avx512() {
 
 bool cpu_has_avx512_bf16() { return cpu_has_avx512() && __builtin_cpu_supports("avx512bf16"); }
 
-bool bf16_prefill_available(CpuIsa want) { return want != CpuIsa::AVX2 && cpu_has_avx512_bf16(); }
+bool bf16_prefill_available(CpuIsa want) { return avx512_allowed(want) && cpu_has_avx512_bf16(); }
 
 }  // namespace nanovllm::cpu

@@ -3,16 +3,22 @@
 // bf16 one's instruction picked by measurement (gemm.h), and AVX-512 decode attention where
 // available, AVX2+FMA otherwise); the environment variable
 // NANOVLLM_CPU_ISA=avx2 forces the AVX2 kernels everywhere (to test or compare them on an
-// AVX-512 machine) and NANOVLLM_CPU_ISA=avx512 demands the AVX-512 ones (an Error on a CPU
-// without them). "auto" or unset: detect. Any other value: an Error naming the accepted ones.
+// AVX-512 machine), NANOVLLM_CPU_ISA=avxvnni the kernels of an AVX2 + AVX-VNNI CPU (an Intel
+// client core: the AVX2 kernels, with the AVX-VNNI tiles for quantized weights) and
+// NANOVLLM_CPU_ISA=avx512 demands the AVX-512 ones (an Error on a CPU without them; so is
+// avxvnni on a CPU without AVX-VNNI). "auto" or unset: detect. Any other value: an Error
+// naming the accepted ones.
 #include <optional>
 #include <string_view>
 
 namespace nanovllm::cpu {
 
-enum class CpuIsa { Auto, AVX2, AVX512 };
+enum class CpuIsa { Auto, AVX2, AVXVNNI, AVX512 };
 
-// "auto", "avx2", "avx512" (or "" = auto); anything else throws Error.
+// Whether `want` lets the AVX-512 kernels run (auto and avx512; not avx2, avxvnni).
+inline bool avx512_allowed(CpuIsa want) { return want == CpuIsa::Auto || want == CpuIsa::AVX512; }
+
+// "auto", "avx2", "avxvnni", "avx512" (or "" = auto); anything else throws Error.
 CpuIsa parse_cpu_isa(std::string_view s);
 // NANOVLLM_CPU_ISA, parsed (Auto when unset).
 CpuIsa cpu_isa_from_env();
@@ -29,7 +35,7 @@ bool prefill_bf16_from_env();
 bool cpu_has_avx512();
 bool cpu_has_avx512_bf16();
 // Whether the bf16 prefill attention may run under `want`: AVX-512 BF16, not turned off by
-// NANOVLLM_CPU_ISA=avx2 (whichever AVX-512 GEMM the CPU takes).
+// NANOVLLM_CPU_ISA=avx2 or avxvnni (whichever AVX-512 GEMM the CPU takes).
 bool bf16_prefill_available(CpuIsa want);
 
 }  // namespace nanovllm::cpu

@@ -121,13 +121,25 @@ void unpack_quantized_row(float* out, const void* packed, const QuantLayout& l, 
 QGemmIsa select_qgemm_isa(CpuIsa want) {
   __builtin_cpu_init();
   const bool vnni = cpu_has_avx512() && __builtin_cpu_supports("avx512vnni");
+  const bool avx_vnni = __builtin_cpu_supports("avxvnni");
   if (want == CpuIsa::AVX512 && !vnni)
     fail("NANOVLLM_CPU_ISA=avx512: this CPU lacks AVX-512 VNNI (use avx2 or auto)");
-  return want != CpuIsa::AVX2 && vnni ? QGemmIsa::AVX512_VNNI : QGemmIsa::AVX2;
+  if (want == CpuIsa::AVXVNNI && !avx_vnni)
+    fail("NANOVLLM_CPU_ISA=avxvnni: this CPU lacks AVX-VNNI (use avx2 or auto)");
+  if (avx512_allowed(want) && vnni) return QGemmIsa::AVX512_VNNI;
+  return want != CpuIsa::AVX2 && avx_vnni ? QGemmIsa::AVX_VNNI : QGemmIsa::AVX2;
 }
 
 const char* qgemm_isa_name(QGemmIsa isa) {
-  return isa == QGemmIsa::AVX512_VNNI ? "avx512_vnni" : "avx2";
+  switch (isa) {
+    case QGemmIsa::AVX2:
+      return "avx2";
+    case QGemmIsa::AVX_VNNI:
+      return "avx_vnni";
+    case QGemmIsa::AVX512_VNNI:
+      return "avx512_vnni";
+  }
+  return "?";
 }
 
 void qgemm(const QGemmArgs& a, ThreadPool& pool, QGemmIsa isa) {
@@ -163,7 +175,8 @@ void qgemm(const QGemmArgs& a, ThreadPool& pool, QGemmIsa isa) {
     quantize_rows(0, m);
   }
 
-  // AVX2 tiles: 4 rows x 2 blocks, or 1 row x 4 blocks (a lone row streams 4 blocks at once).
+  // AVX2 (and AVX-VNNI) tiles: 4 rows x 2 blocks, or 1 row x 4 blocks (a lone row streams 4
+  // blocks at once).
   // AVX-512 VNNI: up to 4 rows x 4 blocks, 8 rows x 2 blocks from 5 rows on (qgemm.h).
   // For int4, measured on a Zen 3 at M = 16 and 64 (6144 x 1024, 2 threads): 4 x 2 at 152 G
   // multiply-adds a second, 3 x 2 at 142-147, 4 x 1 at 134. AVX-512 VNNI tiles: 4 rows x 4
@@ -200,8 +213,9 @@ void qgemm(const QGemmArgs& a, ThreadPool& pool, QGemmIsa isa) {
           t.bias = a.bias ? a.bias + b * kQBlockCols : nullptr;
           t.rows = rows;
           t.ncols = int(std::min<int64_t>(blocks * kQBlockCols, l.n - b * kQBlockCols));
-          (isa == QGemmIsa::AVX512_VNNI ? detail::avx512_qtile : detail::avx2_qtile)(
-              l.scheme, rows, blocks)(t);
+          (vnni                        ? detail::avx512_qtile
+           : isa == QGemmIsa::AVX_VNNI ? detail::avxvnni_qtile
+                                       : detail::avx2_qtile)(l.scheme, rows, blocks)(t);
           r += rows;
         }
         b += blocks;

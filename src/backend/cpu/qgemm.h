@@ -75,13 +75,15 @@ struct QGemmArgs {
   int64_t m;
   GemmScratch* scratch;  // the quantized x
 };
-// The tiles qgemm runs: AVX2 (vpmaddwd / vpmaddubsw on 8 columns), or AVX-512 VNNI (vpdpwssd /
-// vpdpbusd on 16 columns, qgemm_avx512.cpp); both give the same bits.
-enum class QGemmIsa { AVX2, AVX512_VNNI };
-// AVX512_VNNI where the CPU has AVX-512 F/BW/VL/DQ and VNNI, unless want is AVX2; want AVX512 on
-// a CPU without them throws Error.
+// The tiles qgemm runs: AVX2 (vpmaddwd / vpmaddubsw on 8 columns), AVX-VNNI (the same tiles
+// on the VEX vpdpwssd / vpdpbusd, qgemm_avxvnni.cpp), or AVX-512 VNNI (vpdpwssd / vpdpbusd on
+// 16 columns, qgemm_avx512.cpp); all give the same bits.
+enum class QGemmIsa { AVX2, AVX_VNNI, AVX512_VNNI };
+// AVX512_VNNI where the CPU has AVX-512 F/BW/VL/DQ and VNNI and want allows AVX-512 (isa.h),
+// else AVX_VNNI where it has AVX-VNNI and want is not AVX2, else AVX2. want AVX512 or AVXVNNI
+// on a CPU without them throws Error.
 QGemmIsa select_qgemm_isa(CpuIsa want);
-const char* qgemm_isa_name(QGemmIsa isa);  // "avx2", "avx512_vnni"
+const char* qgemm_isa_name(QGemmIsa isa);  // "avx2", "avx_vnni", "avx512_vnni"
 
 void qgemm(const QGemmArgs& args, ThreadPool& pool, QGemmIsa isa);
 
@@ -125,9 +127,10 @@ constexpr int kQMaxBlocks = 4;
 void quantize_x_i16(const float* x, int64_t k, const QuantLayout& l, int16_t* q, float* xscale);
 void quantize_x_i8(const float* x, int64_t k, const QuantLayout& l, int8_t* q, float* xscale,
                    float* xsum);
-// The AVX2 tile for `rows` rows and `blocks` blocks of 8 columns.
+// The AVX2 tile for `rows` rows and `blocks` blocks of 8 columns; the same on AVX-VNNI.
 using QTileFn = void (*)(const QTile&);
 QTileFn avx2_qtile(QuantScheme scheme, int rows, int blocks);
+QTileFn avxvnni_qtile(QuantScheme scheme, int rows, int blocks);
 // The AVX-512 VNNI tile for `rows` rows and `blocks` blocks (in pairs: 1-2 blocks, or 3-4).
 QTileFn avx512_qtile(QuantScheme scheme, int rows, int blocks);
 

@@ -172,7 +172,7 @@ namespace {
   "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", \
       "xmm12", "xmm13", "xmm14"
 
-enum class IntDot { Madd16, Maddubs, Dpwssd, Dpbusd };
+enum class IntDot { Madd16, Maddubs, VexDpwssd, VexDpbusd, Dpwssd, Dpbusd };
 
 __attribute__((noipa)) void int_dot_loop(IntDot op, int64_t iters) {
   for (int64_t i = 0; i < iters; ++i) {
@@ -182,6 +182,12 @@ __attribute__((noipa)) void int_dot_loop(IntDot op, int64_t iters) {
         break;
       case IntDot::Maddubs:
         asm volatile(NV_ROUND12("vpmaddubsw", "ymm") ::: NV_CLOBBER12);
+        break;
+      case IntDot::VexDpwssd:  // AVX-VNNI: the VEX form (a plain ymm one would be EVEX)
+        asm volatile(NV_ROUND12("%{vex%} vpdpwssd", "ymm") ::: NV_CLOBBER12);
+        break;
+      case IntDot::VexDpbusd:
+        asm volatile(NV_ROUND12("%{vex%} vpdpbusd", "ymm") ::: NV_CLOBBER12);
         break;
       case IntDot::Dpwssd:
         asm volatile(NV_ROUND12("vpdpwssd", "zmm") ::: NV_CLOBBER12);
@@ -252,9 +258,11 @@ Ceiling measure_gemm_peak(ThreadPool& pool, GemmIsa isa) {
 
 Ceiling measure_qgemm_peak(ThreadPool& pool, QGemmIsa isa, QuantFormat format) {
   const bool vnni = isa == QGemmIsa::AVX512_VNNI, int4 = format == QuantFormat::Int4;
-  const IntDot op = vnni ? (int4 ? IntDot::Dpbusd : IntDot::Dpwssd)
-                         : (int4 ? IntDot::Maddubs : IntDot::Madd16);
-  // Ops (2 per multiply-add) a round of 12 instructions.
+  const IntDot op = vnni                        ? (int4 ? IntDot::Dpbusd : IntDot::Dpwssd)
+                    : isa == QGemmIsa::AVX_VNNI ? (int4 ? IntDot::VexDpbusd : IntDot::VexDpwssd)
+                                                : (int4 ? IntDot::Maddubs : IntDot::Madd16);
+  // Ops (2 per multiply-add) a round of 12 instructions (the ymm VNNI ones: as many as the
+  // AVX2 pair they replace, vpmaddubsw's 64 and vpmaddwd's 32).
   const double ops = 12.0 * (vnni ? (int4 ? 128.0 : 64.0) : (int4 ? 64.0 : 32.0));
   const int64_t iters = 1 << 17;  // 1.5 M instructions a pass: ~0.3-0.6 ms
   for (int rep = 0; rep < 4; ++rep) pool.run_on_all([&](int) { int_dot_loop(op, iters); });
@@ -268,10 +276,16 @@ Ceiling measure_qgemm_peak(ThreadPool& pool, QGemmIsa isa, QuantFormat format) {
 }
 
 const char* qgemm_peak_name(QGemmIsa isa, QuantFormat format) {
-  const bool vnni = isa == QGemmIsa::AVX512_VNNI;
-  if (format == QuantFormat::Int4)
-    return vnni ? "int8 dot (vpdpbusd zmm)" : "int8 dot (vpmaddubsw ymm)";
-  return vnni ? "int16 dot (vpdpwssd zmm)" : "int16 dot (vpmaddwd ymm)";
+  const bool int4 = format == QuantFormat::Int4;
+  switch (isa) {
+    case QGemmIsa::AVX512_VNNI:
+      return int4 ? "int8 dot (vpdpbusd zmm)" : "int16 dot (vpdpwssd zmm)";
+    case QGemmIsa::AVX_VNNI:
+      return int4 ? "int8 dot (vpdpbusd ymm, AVX-VNNI)" : "int16 dot (vpdpwssd ymm, AVX-VNNI)";
+    case QGemmIsa::AVX2:
+      break;
+  }
+  return int4 ? "int8 dot (vpmaddubsw ymm)" : "int16 dot (vpmaddwd ymm)";
 }
 
 const char* gemm_peak_name(GemmIsa isa) {

@@ -35,8 +35,8 @@ Ceiling measure_gemm_peak(ThreadPool& pool, GemmIsa isa);
 const char* gemm_peak_name(GemmIsa isa);
 // The same for the quantized GEMM's integer instructions, in G ops/s (2 per multiply-add), so
 // that its figures compare with GFLOP/s: for int8 weights vpmaddwd on ymm (16 multiply-adds)
-// with QGemmIsa::AVX2, vpdpwssd on zmm (32) with AVX512_VNNI; for int4 vpmaddubsw on ymm (32),
-// vpdpbusd on zmm (64).
+// with QGemmIsa::AVX2, vpdpwssd on ymm (16) with AVX_VNNI and on zmm (32) with AVX512_VNNI; for
+// int4 vpmaddubsw on ymm (32), vpdpbusd on ymm (32) and zmm (64).
 Ceiling measure_qgemm_peak(ThreadPool& pool, QGemmIsa isa, QuantFormat format);
 // e.g. "int8 dot (vpdpbusd zmm)".
 const char* qgemm_peak_name(QGemmIsa isa, QuantFormat format);
