@@ -43,11 +43,21 @@ void add_make_model(CLI::App& app, Commands& commands) {
                   "(AutoGPTQ symmetric)");
   cmd->add_option("--group-size", o->group_size, "awq / gptq: k values per scale (a multiple of 8 "
                   "dividing hidden and intermediate; the tiny presets need 32)");
+  auto from = std::make_shared<std::string>();
+  cmd->add_option("--from", *from,
+                  "a bf16 model folder to re-write with --quantization instead of random weights "
+                  "(a trained model's checkpoint in that format; its other tensors and files "
+                  "copied)");
   auto tokenizer = std::make_shared<std::string>("auto");
   cmd->add_option("--tokenizer", *tokenizer,
                   "folder with tokenizer.json to include; 'auto' (default): Qwen3's pinned files "
                   "when the vocab covers them; 'none'");
-  on_run(cmd, commands, [o, tokenizer] {
+  on_run(cmd, commands, [o, tokenizer, from] {
+    if (!from->empty()) {
+      if (*tokenizer != "auto") o->tokenizer = *tokenizer;  // refused: the folder's is kept
+      quantize_model_folder(*from, *o);
+      return 0;
+    }
     if (*tokenizer == "auto") {
       o->tokenizer = default_tokenizer_dir_if_fits(*o);
       if (o->tokenizer.empty()) {

@@ -46,4 +46,13 @@ int preset_vocab_size(const std::string& preset);
 // validated by parse_model_config before any weights are written).
 void make_model(const MakeModelOptions& options);
 
+// make-model --from: the bf16 folder `from` (a trained model) written to options.out with its
+// decoder linears (the "_proj.weight" tensors not in modules_to_not_convert) as
+// options.quantization stores them, by the encoders make_model uses on random weights; every
+// other tensor and file copied as it is. So a format's quality can be measured on real weights
+// (perplexity --kl-divergence) and its loader tested on them. Throws Error naming the problem:
+// no quantization, shape or tokenizer options given, --out the same folder, a folder quantized
+// already, a linear that is not 2-d bf16 or whose shape the format cannot hold.
+void quantize_model_folder(const std::string& from, const MakeModelOptions& options);
+
 }  // namespace nanovllm

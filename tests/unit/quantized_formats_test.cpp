@@ -5,12 +5,12 @@
 // (qzeros) with the stored zero + 1, GPTQ 8-bit as signed int8, group_size -1, and fp8 blocks
 // requantized to int8 groups of 128 (a partial last group included).
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 
 #include "model/hf_config.h"
 #include "model/make_model.h"
@@ -18,6 +18,7 @@
 #include "model/safetensors.h"
 #include "runtime/fp8.h"
 #include "runtime/tensor.h"
+#include "util/check.h"
 
 namespace nanovllm {
 namespace {
@@ -265,6 +266,65 @@ TEST_F(QuantizedFormats, MakeModelWritesTheCheckpointLayouts) {
     EXPECT_TRUE(stored_quantized(ckpt, c.quantization_config, {m}));
     EXPECT_FALSE(stored_quantized(ckpt, c.quantization_config, {"model.layers.1.mlp.down_proj"}));
   }
+}
+
+// make-model --from: a bf16 folder re-written in each format holds exactly the tensors
+// make-model writes for the same weights (its random ones, same seed), plus the folder's other
+// files; and each misuse is an Error naming it.
+TEST_F(QuantizedFormats, MakeModelFromAFolderWritesTheSameTensors) {
+  MakeModelOptions bf16;
+  bf16.preset = "tiny";
+  bf16.seed = 3;
+  bf16.out = (dir_ / "bf16").string();
+  make_model(bf16);
+  std::ofstream((dir_ / "bf16" / "notes.txt").string()) << "kept\n";
+  for (const char* format : {"fp8", "awq", "gptq4", "gptq8"}) {
+    MakeModelOptions direct = bf16;
+    direct.out = (dir_ / (std::string("direct_") + format)).string();
+    direct.quantization = format;
+    direct.group_size = 32;
+    direct.modules_to_not_convert = {"layers.1.mlp.down_proj"};
+    make_model(direct);
+    MakeModelOptions from;
+    from.out = (dir_ / (std::string("from_") + format)).string();
+    from.quantization = format;
+    from.group_size = 32;
+    from.modules_to_not_convert = direct.modules_to_not_convert;
+    quantize_model_folder(bf16.out, from);
+    const Checkpoint a(direct.out), b(from.out);
+    ASSERT_EQ(a.names(), b.names()) << format;
+    for (const std::string& name : a.names()) {
+      const SafetensorsTensor *ta = a.find(name), *tb = b.find(name);
+      EXPECT_EQ(ta->dtype, tb->dtype) << format << " " << name;
+      EXPECT_EQ(ta->shape, tb->shape) << format << " " << name;
+      EXPECT_TRUE(ta->nbytes == tb->nbytes && std::memcmp(ta->data, tb->data, ta->nbytes) == 0)
+          << format << " " << name;
+    }
+    EXPECT_EQ(load_model_config(direct.out).quantization_config.method_name(),
+              load_model_config(from.out).quantization_config.method_name());
+    EXPECT_TRUE(fs::exists(fs::path(from.out) / "notes.txt")) << format;
+    EXPECT_TRUE(fs::exists(fs::path(from.out) / "generation_config.json")) << format;
+  }
+  auto error_of = [&](const std::string& in, MakeModelOptions o) -> std::string {
+    try {
+      quantize_model_folder(in, o);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  MakeModelOptions o;
+  o.out = (dir_ / "again").string();
+  EXPECT_NE(error_of(bf16.out, o).find("give --quantization fp8, awq, gptq4 or gptq8"),
+            std::string::npos);
+  o.quantization = "fp8";
+  EXPECT_NE(error_of((dir_ / "from_fp8").string(), o).find("quantized already"), std::string::npos);
+  MakeModelOptions same = o;
+  same.out = bf16.out;
+  EXPECT_NE(error_of(bf16.out, same).find("--out must be another folder"), std::string::npos);
+  MakeModelOptions shaped = o;
+  shaped.layers = 3;
+  EXPECT_NE(error_of(bf16.out, shaped).find("drop the shape"), std::string::npos);
 }
 
 }  // namespace
