@@ -92,6 +92,29 @@ nlohmann::ordered_json CheckpointQuantizer::config_json(const std::vector<std::s
   return j;
 }
 
+nlohmann::ordered_json CheckpointQuantizer::with_config(
+    const nlohmann::ordered_json& config, const std::vector<std::string>& not_convert) const {
+  nlohmann::ordered_json with = nlohmann::ordered_json::object();
+  for (auto& [key, value] : config.items()) {
+    with[key] = value;
+    if (key == "num_key_value_heads") with["quantization_config"] = config_json(not_convert);
+  }
+  if (!with.contains("quantization_config")) with["quantization_config"] = config_json(not_convert);
+  return with;
+}
+
+bool CheckpointQuantizer::converts(const std::string& name,
+                                   const std::vector<std::string>& not_convert) {
+  const std::string suffix = "_proj.weight";
+  if (name.size() <= suffix.size() ||
+      name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
+    return false;
+  const std::string module = name.substr(0, name.size() - 7);  // less ".weight"
+  for (const std::string& m : not_convert)
+    if (module.find(m) != std::string::npos) return false;
+  return true;
+}
+
 void CheckpointQuantizer::check_shape(const std::string& what, int64_t n, int64_t k) const {
   if (format_ == Format::None || format_ == Format::Fp8) return;  // fp8 blocks cover any shape
   const int64_t per_word = format_ == Format::Gptq8 ? 4 : 8;

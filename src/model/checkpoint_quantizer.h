@@ -28,6 +28,14 @@ class CheckpointQuantizer {
   // config.json's quantization_config as the Qwen team / AutoAWQ / AutoGPTQ write it, with
   // modules_to_not_convert where given.
   nlohmann::ordered_json config_json(const std::vector<std::string>& modules_to_not_convert) const;
+  // `config` (a config.json object) with that quantization_config put after
+  // num_key_value_heads, where transformers' sorted keys put it (at the end without that key).
+  nlohmann::ordered_json with_config(const nlohmann::ordered_json& config,
+                                     const std::vector<std::string>& modules_to_not_convert) const;
+  // Whether the tensor `name` is a linear the format stores quantized: a "..._proj.weight" whose
+  // module no entry of modules_to_not_convert names (a substring, as transformers matches).
+  static bool converts(const std::string& name,
+                       const std::vector<std::string>& modules_to_not_convert);
   // Error unless every linear [n, k] of these shapes can be written (group divides k, the packed
   // words divide n): names the shape and the option to change.
   void check_shape(const std::string& what, int64_t n, int64_t k) const;

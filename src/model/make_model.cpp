@@ -1,19 +1,21 @@
 #include "model/make_model.h"
-#include "tokenizer/tokenizer.h"
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <thread>
 #include <vector>
 
-#include "runtime/tensor.h"
 #include "model/checkpoint_quantizer.h"
 #include "model/hf_config.h"
 #include "model/safetensors.h"
 #include "model/weights.h"
+#include "runtime/tensor.h"
+#include "tokenizer/tokenizer.h"
 #include "util/check.h"
 
 namespace nanovllm {
@@ -444,14 +446,7 @@ void make_model(const MakeModelOptions& o) {
   const fs::path out(o.out);
   ojson config = config_json(p, o, arch, qkv_bias, head_dim, tie);
   const CheckpointQuantizer quantizer(o.quantization, o.group_size);
-  if (quantizer.enabled()) {  // after num_key_value_heads, where transformers' sorted keys put it
-    ojson with = ojson::object();
-    for (auto& [key, value] : config.items()) {
-      with[key] = value;
-      if (key == "num_key_value_heads") with["quantization_config"] = quantizer.config_json(o.modules_to_not_convert);
-    }
-    config = std::move(with);
-  }
+  if (quantizer.enabled()) config = quantizer.with_config(config, o.modules_to_not_convert);
   const std::string config_path = (out / "config.json").string();
   ModelConfig c = parse_model_config(config.dump(), config_path);
   for (int id : p.generation_eos)
@@ -466,11 +461,8 @@ void make_model(const MakeModelOptions& o) {
   std::vector<bool> quantized(specs.size(), false);
   for (size_t i = 0; i < specs.size(); ++i) {
     const TensorSpec& t = specs[i].tensor;
-    const bool linear = t.name.size() > 12 && t.name.compare(t.name.size() - 12, 12, "_proj.weight") == 0;
-    const std::string module = t.name.substr(0, t.name.size() - 7);  // less ".weight"
-    bool skip = false;
-    for (const std::string& m : o.modules_to_not_convert) skip |= module.find(m) != std::string::npos;
-    quantized[i] = quantizer.enabled() && linear && !skip;
+    quantized[i] =
+        quantizer.enabled() && CheckpointQuantizer::converts(t.name, o.modules_to_not_convert);
     if (quantized[i]) quantizer.check_shape(t.name, t.shape[0], t.shape[1]);
     written[i] = quantized[i] ? quantizer.specs(t.name, t.shape[0], t.shape[1]) : std::vector<TensorSpec>{t};
   }
@@ -552,6 +544,92 @@ void make_model(const MakeModelOptions& o) {
     write_json((out / "model.safetensors.index.json").string(), index);
   }
   if (!o.tokenizer.empty()) copy_tokenizer(o.tokenizer, out);
+}
+
+void quantize_model_folder(const std::string& from, const MakeModelOptions& o) {
+  const CheckpointQuantizer quantizer(o.quantization, o.group_size);
+  if (!quantizer.enabled())
+    fail("make-model --from: give --quantization fp8, awq, gptq4 or gptq8 (got '{}')",
+         o.quantization);
+  if (o.out.empty()) fail("make-model: no output folder given");
+  if (o.layers || o.hidden || o.heads || o.kv_heads || o.head_dim || o.intermediate || o.vocab ||
+      o.qkv_bias || o.tie_embeddings || !o.architecture.empty() || !o.tokenizer.empty() ||
+      o.shards != 1)
+    fail(
+        "make-model --from {}: the folder's shapes, tokenizer and files are kept; drop the "
+        "shape, architecture, tokenizer and shard options",
+        from);
+  std::error_code ec;
+  if (fs::exists(o.out) && fs::equivalent(from, o.out, ec))
+    fail("make-model --from {}: --out must be another folder", from);
+
+  const fs::path in(from), out(o.out);
+  const std::string in_config = (in / "config.json").string();
+  std::ifstream f(in_config, std::ios::binary);
+  if (!f) fail("{}: cannot read", in_config);
+  std::stringstream text;
+  text << f.rdbuf();
+  ojson config;
+  try {
+    config = ojson::parse(text.str());
+  } catch (const std::exception& e) {
+    fail("{}: not JSON: {}", in_config, e.what());
+  }
+  if (!config.is_object()) fail("{}: not a JSON object", in_config);
+  if (config.contains("quantization_config") && !config["quantization_config"].is_null())
+    fail("{}: the folder is quantized already (quantization_config); --from needs bf16 weights",
+         in_config);
+  config = quantizer.with_config(config, o.modules_to_not_convert);
+  const std::string out_config = (out / "config.json").string();
+  parse_model_config(config.dump(), out_config);  // the engine's own check, before writing
+
+  const Checkpoint ckpt(from);
+  const std::vector<std::string> names = ckpt.names();
+  std::vector<TensorSpec> specs;
+  std::vector<bool> quantized;
+  for (const std::string& name : names) {
+    const SafetensorsTensor* t = ckpt.find(name);
+    const bool convert = CheckpointQuantizer::converts(name, o.modules_to_not_convert);
+    if (convert && (t->dtype != DType::BF16 || t->shape.size() != 2))
+      fail("{}: tensor '{}' is {} of {} dimensions; --from quantizes 2-d bf16 linears",
+           ckpt.file_of(name), name, dtype_name(t->dtype), t->shape.size());
+    quantized.push_back(convert);
+    if (!convert) {
+      specs.push_back({name, t->dtype, t->shape});
+      continue;
+    }
+    quantizer.check_shape(name, t->shape[0], t->shape[1]);
+    for (TensorSpec& s : quantizer.specs(name, t->shape[0], t->shape[1]))
+      specs.push_back(std::move(s));
+  }
+
+  fs::create_directories(out, ec);
+  if (ec) fail("{}: cannot create folder: {}", o.out, ec.message());
+  remove_old_weights(out);
+  for (const auto& e : fs::directory_iterator(in)) {  // tokenizer, generation config, ...
+    const std::string n = e.path().filename().string();
+    if (!e.is_regular_file() || n == "config.json" || n == "model.safetensors.index.json" ||
+        (n.size() > 12 && n.compare(n.size() - 12, 12, ".safetensors") == 0))
+      continue;
+    fs::copy_file(e.path(), out / n, fs::copy_options::overwrite_existing, ec);
+    if (ec) fail("make-model: cannot copy {} to {}: {}", e.path().string(), o.out, ec.message());
+  }
+  write_json(out_config, config);
+  SafetensorsWriter writer((out / "model.safetensors").string(), std::move(specs),
+                           {{"format", "pt"}});
+  std::vector<uint16_t> w;
+  for (size_t i = 0; i < names.size(); ++i) {
+    const SafetensorsTensor* t = ckpt.find(names[i]);
+    if (!quantized[i]) {
+      writer.write(t->data, t->nbytes);
+      continue;
+    }
+    w.resize(size_t(t->numel()));
+    std::memcpy(w.data(), t->data, t->nbytes);
+    for (const auto& bytes : quantizer.encode(w.data(), t->shape[0], t->shape[1]))
+      writer.write(bytes.data(), bytes.size());
+  }
+  writer.finish();
 }
 
 }  // namespace nanovllm

@@ -189,6 +189,9 @@ void qgemm(const QGemmArgs& a, ThreadPool& pool, QGemmIsa isa) {
   const bool vnni = isa == QGemmIsa::AVX512_VNNI;
   const bool wide = vnni && m > detail::kQMaxRows;  // 8-row tiles of 2 blocks
   const int max_rows = wide ? detail::kQMaxRowsVnni : detail::kQMaxRows;
+  const auto tile_for = vnni                        ? detail::avx512_qtile
+                        : isa == QGemmIsa::AVX_VNNI ? detail::avxvnni_qtile
+                                                    : detail::avx2_qtile;
   const int64_t units = (l.nblocks + 3) / 4;
   const int64_t mc = std::max<int64_t>(
       max_rows, (int64_t(192) << 10) / (l.kpad * code_bytes) / max_rows * max_rows);
@@ -213,9 +216,7 @@ void qgemm(const QGemmArgs& a, ThreadPool& pool, QGemmIsa isa) {
           t.bias = a.bias ? a.bias + b * kQBlockCols : nullptr;
           t.rows = rows;
           t.ncols = int(std::min<int64_t>(blocks * kQBlockCols, l.n - b * kQBlockCols));
-          (vnni                        ? detail::avx512_qtile
-           : isa == QGemmIsa::AVX_VNNI ? detail::avxvnni_qtile
-                                       : detail::avx2_qtile)(l.scheme, rows, blocks)(t);
+          tile_for(l.scheme, rows, blocks)(t);
           r += rows;
         }
         b += blocks;
