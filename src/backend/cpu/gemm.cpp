@@ -4,7 +4,6 @@
 #include "backend/cpu/gemm.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cstring>
 #include <memory>
 #include <new>
@@ -50,23 +49,6 @@ struct PackedX {
   }
   void* get() const { return data; }
 };
-
-// Calls fn(u0, u1) on chunks of `chunk` units covering [0, units), which the pool's threads
-// claim from a shared counter rather than as fixed shares (ThreadPool::run_shared): a thread
-// that starts late (woken from sleep, or sharing its core with another process) costs only the
-// chunks it takes, and none once the others have taken them all.
-template <typename Fn>
-void run_chunks(ThreadPool& pool, int64_t units, int64_t chunk, const Fn& fn) {
-  std::atomic<int64_t> next{0};
-  auto run = [&](int) {
-    for (int64_t u0; (u0 = next.fetch_add(chunk, std::memory_order_relaxed)) < units;)
-      fn(u0, std::min(units, u0 + chunk));
-  };
-  if (pool.size() == 1 || units <= chunk)
-    run(0);
-  else
-    pool.run_shared(run);
-}
 
 // Small batches (KernelSet::wide_min_m..wide_max_m) on the wide tiles: the rows are split into
 // npass equal panels of at most wide_max_rows (one panel up to there), each a single register

@@ -183,9 +183,10 @@ void qgemm(const QGemmArgs& a, ThreadPool& pool, QGemmIsa isa) {
   // blocks (two zmm of 16 columns), a lone row 2 blocks (one zmm): measured on an Intel Xeon
   // (family 6 model 207), one-sequence int8 decode of qwen3-0.6b streamed its weights at 18.7-25.5
   // GB/s with 2 blocks, 12.9-19.3 with 4 (two alternating rounds; int4 19.6-20.7 against
-  // 17.8-18.9): fewer concurrent streams from memory. The threads split the column blocks
-  // in units of 4; each walks its units over M blocks of rows whose x codes stay in L2 while the
-  // unit's weights stay in L1.
+  // 17.8-18.9): fewer concurrent streams from memory. The threads claim the column blocks in
+  // chunks of units of 4 (run_chunks: a thread whose stream runs slower takes fewer, where
+  // halves fixed in advance left the other waiting); each walks its units over M blocks of rows
+  // whose x codes stay in L2 while the unit's weights stay in L1.
   const bool vnni = isa == QGemmIsa::AVX512_VNNI;
   const bool wide = vnni && m > detail::kQMaxRows;  // 8-row tiles of 2 blocks
   const int max_rows = wide ? detail::kQMaxRowsVnni : detail::kQMaxRows;
@@ -195,7 +196,8 @@ void qgemm(const QGemmArgs& a, ThreadPool& pool, QGemmIsa isa) {
   const int64_t units = (l.nblocks + 3) / 4;
   const int64_t mc = std::max<int64_t>(
       max_rows, (int64_t(192) << 10) / (l.kpad * code_bytes) / max_rows * max_rows);
-  pool.parallel_for(units, [&](int64_t u0, int64_t u1, int) {
+  const int64_t chunk = std::clamp<int64_t>(units / (pool.size() * 8), 1, 8);
+  run_chunks(pool, units, chunk, [&](int64_t u0, int64_t u1) {
     const int64_t b_end = std::min(l.nblocks, u1 * 4);
     for (int64_t m0 = 0; m0 < m; m0 += mc) {
       const int64_t m1 = std::min(m, m0 + mc);

@@ -1,6 +1,8 @@
 #pragma once
 // ThreadPool: a fixed team of worker threads owned by the CPU backend. Idle workers block on a
 // condition variable (after at most a short bounded spin), so an idle engine burns no core.
+#include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
@@ -54,5 +56,23 @@ class ThreadPool {
   bool busy_ = false;         // a dispatch is in flight (catches reentrant use)
   std::exception_ptr error_;  // the first exception a worker's chunk threw, rethrown by the caller
 };
+
+// Calls fn(u0, u1) on chunks of `chunk` units covering [0, units), which the pool's threads
+// claim in order from a shared counter rather than as fixed shares (ThreadPool::run_shared): a
+// thread that starts late (woken from sleep, or sharing its core with another process) or
+// streams memory more slowly costs only the chunks it takes, and none once the others have
+// taken them all.
+template <typename Fn>
+void run_chunks(ThreadPool& pool, int64_t units, int64_t chunk, const Fn& fn) {
+  std::atomic<int64_t> next{0};
+  auto run = [&](int) {
+    for (int64_t u0; (u0 = next.fetch_add(chunk, std::memory_order_relaxed)) < units;)
+      fn(u0, std::min(units, u0 + chunk));
+  };
+  if (pool.size() == 1 || units <= chunk)
+    run(0);
+  else
+    pool.run_shared(run);
+}
 
 }  // namespace nanovllm::cpu
