@@ -185,7 +185,7 @@ void qgemm(const QGemmArgs& a, ThreadPool& pool, QGemmIsa isa) {
   // GB/s with 2 blocks, 12.9-19.3 with 4 (two alternating rounds; int4 19.6-20.7 against
   // 17.8-18.9): fewer concurrent streams from memory. The threads claim the column blocks in
   // chunks of units of 4 (run_chunks: a thread whose stream runs slower takes fewer, where
-  // halves fixed in advance left the other waiting); each walks its units over M blocks of rows
+  // halves fixed in advance left the other waiting); a chunk walks its units over M blocks of rows
   // whose x codes stay in L2 while the unit's weights stay in L1.
   const bool vnni = isa == QGemmIsa::AVX512_VNNI;
   const bool wide = vnni && m > detail::kQMaxRows;  // 8-row tiles of 2 blocks
