@@ -180,10 +180,10 @@ void qgemm(const QGemmArgs& a, ThreadPool& pool, QGemmIsa isa) {
   // AVX-512 VNNI: up to 4 rows x 4 blocks, 8 rows x 2 blocks from 5 rows on (qgemm.h).
   // For int4, measured on a Zen 3 at M = 16 and 64 (6144 x 1024, 2 threads): 4 x 2 at 152 G
   // multiply-adds a second, 3 x 2 at 142-147, 4 x 1 at 134. AVX-512 VNNI tiles: 4 rows x 4
-  // blocks (two zmm of 16 columns), a lone row 2 blocks (one zmm): measured on an Intel Xeon
-  // (family 6 model 207), one-sequence int8 decode of qwen3-0.6b streamed its weights at 18.7-25.5
-  // GB/s with 2 blocks, 12.9-19.3 with 4 (two alternating rounds; int4 19.6-20.7 against
-  // 17.8-18.9): fewer concurrent streams from memory. The threads claim the column blocks in
+  // blocks (two zmm of 16 columns), a lone row 4 blocks too. (With the old prefetch two tiles
+  // ahead, a lone row ran faster on 2 blocks than on 4: 4 blocks put the prefetch 64 KiB ahead,
+  // past the L1; one-row tiles now prefetch 1 KiB ahead in each stream, kRowAheadBytes.)
+  // The threads claim the column blocks in
   // chunks of units of 4 (run_chunks: a thread whose stream runs slower takes fewer, where
   // halves fixed in advance left the other waiting); a chunk walks its units over M blocks of rows
   // whose x codes stay in L2 while the unit's weights stay in L1.
@@ -201,7 +201,7 @@ void qgemm(const QGemmArgs& a, ThreadPool& pool, QGemmIsa isa) {
     const int64_t b_end = std::min(l.nblocks, u1 * 4);
     for (int64_t m0 = 0; m0 < m; m0 += mc) {
       const int64_t m1 = std::min(m, m0 + mc);
-      const int want = m1 - m0 == 1 ? (vnni ? 2 : 4) : (vnni && !wide ? 4 : 2);
+      const int want = m1 - m0 == 1 ? 4 : (vnni && !wide ? 4 : 2);
       for (int64_t b = u0 * 4; b < b_end;) {
         const int blocks = int(std::min<int64_t>(want, b_end - b));
         for (int64_t r = m0; r < m1;) {
