@@ -118,21 +118,24 @@ constexpr int kQMaxRowsVnni = 8;
 // int4 23.7 -> 31.2 GB/s, int8 27.2 -> 33.4 (1 and 3 tiles ahead within 2%; a fixed 256-2048
 // bytes ahead within each block, 1.0-1.15x: a 1-row tile's blocks are only K / 2 bytes long).
 constexpr int kTilesAhead = 2;
-// A one-row tile (decode of one sequence) of the AVX-512 VNNI and AVX-VNNI tiles instead
-// prefetches near ahead in each of its streams, as the bf16 GEMV does: two tiles ahead is 2 x 4
-// x 8 KiB and more, past the L1 by the time it is read. Measured on an Intel Xeon (family 6
+// A one-row tile (decode of one sequence) of the AVX-512 VNNI and AVX-VNNI tiles, and every
+// AVX-512 VNNI tile of up to kQMaxRows rows (batches of up to 4 rows), instead prefetches near
+// ahead in each of its streams, as the bf16 GEMV does: two tiles ahead is 2 x 4 x 8 KiB and
+// more, past the L1 by the time it is read. Measured on an Intel Xeon (family 6
 // model 207, 2 threads, bench_gemm --quant, one row, interleaved rounds; GB/s of the five
 // qwen3-0.6b shapes, median (min-max)): AVX-512 VNNI int8 with 4 blocks a tile and 1 KiB ahead
 // 26.8 (23.0-28.9) against 23.6 (19.7-25.9) for 2 blocks two tiles ahead, six rounds (512 and
 // 1,536 bytes within the noise of 1 KiB); int4 24.9 against 21.8, three rounds; AVX-VNNI int8
-// 27.5 (24.3-29.1) against 22.3 (16.4-24.4), three rounds. The AVX2 tiles keep
+// 27.5 (24.3-29.1) against 22.3 (16.4-24.4), three rounds. At M = 4 (AVX-512 VNNI, three
+// rounds): int8 22.7 against 20.1, int4 20.0 against 18.5; the 8-row tiles (M >= 5) keep two
+// tiles ahead (near ahead at M = 8 was no better, its lm_head worse). The AVX2 tiles keep
 // two tiles ahead, the best on the Zen 3 they run on (near ahead there: 1.0-1.15x of no
 // prefetch, two tiles ahead 1.2-1.3x).
 constexpr int64_t kRowAheadBytes = 1024;
 // Bytes ahead of the read position that a tile of `blocks` blocks prefetches: kRowAheadBytes
-// where near_row, else kTilesAhead tiles.
-inline size_t prefetch_ahead(bool near_row, int blocks, size_t block_bytes) {
-  return near_row ? size_t(kRowAheadBytes) : size_t(kTilesAhead) * size_t(blocks) * block_bytes;
+// where `near`, else kTilesAhead tiles.
+inline size_t prefetch_ahead(bool near, int blocks, size_t block_bytes) {
+  return near ? size_t(kRowAheadBytes) : size_t(kTilesAhead) * size_t(blocks) * block_bytes;
 }
 constexpr int kQMaxBlocks = 4;
 // x row [0, k) to the codes the tiles read, padded with zeros to kpad (AVX2): for int8 weights

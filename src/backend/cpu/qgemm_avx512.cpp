@@ -106,7 +106,7 @@ void qtile8(const QTile& t) {
     for (int p = 0; p < NP; ++p) wscale[p] = load_f32_pair(w[2 * p], w[2 * p + 1]);
     off = 32;
   }
-  const size_t ahead = prefetch_ahead(R == 1, 2 * NP, l.block_bytes);
+  const size_t ahead = prefetch_ahead(R <= kQMaxRows, 2 * NP, l.block_bytes);
   for (int64_t g = 0; g < l.groups; ++g) {
     const int64_t pairs = l.group_len(g) / 2;
     const int16_t* xg = x + g * l.kg;
@@ -173,7 +173,7 @@ void qtile4(const QTile& t) {
     for (int p = 0; p < NP; ++p) accf[r][p] = _mm512_setzero_ps();
   }
   const __m512i low4 = _mm512_set1_epi8(0x0f);
-  const size_t ahead = prefetch_ahead(R == 1, 2 * NP, l.block_bytes);
+  const size_t ahead = prefetch_ahead(R <= kQMaxRows, 2 * NP, l.block_bytes);
   int64_t off = 0;
   for (int64_t g = 0; g < l.groups; ++g) {
     const int64_t rows8 = l.group_len(g) / 8;  // 32-byte rows of 8 k
