@@ -182,11 +182,11 @@ void qgemm(const QGemmArgs& a, ThreadPool& pool, QGemmIsa isa) {
   // multiply-adds a second, 3 x 2 at 142-147, 4 x 1 at 134. AVX-512 VNNI tiles: 4 rows x 4
   // blocks (two zmm of 16 columns), a lone row 4 blocks too. (With the old prefetch two tiles
   // ahead, a lone row ran faster on 2 blocks than on 4: 4 blocks put the prefetch 64 KiB ahead,
-  // past the L1; one-row tiles now prefetch 1 KiB ahead in each stream, kRowAheadBytes.)
-  // The threads claim the column blocks in
-  // chunks of units of 4 (run_chunks: a thread whose stream runs slower takes fewer, where
-  // halves fixed in advance left the other waiting); a chunk walks its units over M blocks of rows
-  // whose x codes stay in L2 while the unit's weights stay in L1.
+  // past the L1; one-row tiles now prefetch 1 KiB ahead in each stream, kRowAheadBytes.) The
+  // threads claim the column blocks in chunks of units of 4 (run_chunks: a thread whose stream
+  // runs slower takes fewer, where halves fixed in advance left the other waiting); a chunk
+  // walks its units over M blocks of rows whose x codes stay in L2 while the unit's weights stay
+  // in L1.
   const bool vnni = isa == QGemmIsa::AVX512_VNNI;
   const bool wide = vnni && m > detail::kQMaxRows;  // 8-row tiles of 2 blocks
   const int max_rows = wide ? detail::kQMaxRowsVnni : detail::kQMaxRows;
@@ -201,7 +201,7 @@ void qgemm(const QGemmArgs& a, ThreadPool& pool, QGemmIsa isa) {
     const int64_t b_end = std::min(l.nblocks, u1 * 4);
     for (int64_t m0 = 0; m0 < m; m0 += mc) {
       const int64_t m1 = std::min(m, m0 + mc);
-      const int want = m1 - m0 == 1 ? 4 : (vnni && !wide ? 4 : 2);
+      const int want = m1 - m0 == 1 || (vnni && !wide) ? 4 : 2;
       for (int64_t b = u0 * 4; b < b_end;) {
         const int blocks = int(std::min<int64_t>(want, b_end - b));
         for (int64_t r = m0; r < m1;) {
