@@ -4,7 +4,8 @@
 //   copy:    a 1 GiB device-to-device copy: (read + write) bytes / s, the bandwidth yardstick
 //   decode:  attention_decode, 16 q / 8 kv heads, D 128, 256-token blocks, batch 256 at context
 //            512 and 1024, 32 and 1 at 1024, over a bf16 and an fp8 cache: bytes = K and V rows
-//            read (B * ctx * 8 * 128 * element bytes * 2)
+//            read (B * ctx * 8 * 128 * element bytes * 2); and batch 256 at contexts of 128 to 2048
+//   sample:  256 rows of 151,936 logits, greedy and at temperature 0.6: logit bytes / s
 //   prefill: attention_prefill of one 1024-token prompt: 4 * D * Hq * T(T+1)/2 FLOPs
 //   linear:  x[M, 1024] @ w[3072, 1024]^T for M = 1 (the CUDA-core GEMV), 2, 4, 8, 16 (the
 //            tensor-core GEMV) and 64, 256, 4096 (cuBLASLt): weight bytes / s and FLOP/s
@@ -14,6 +15,7 @@
 #include <cstdio>
 #include <functional>
 #include <random>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -87,10 +89,19 @@ int main() {
   // The 256-sequence shapes first: `ncu -k regex:decode_partition --launch-count 1` profiles the
   // bench workload's case (about 512 keys on average).
   const int64_t hq = 16, hkv = 8, d = 128, bs = 256;
-  const std::pair<int64_t, int64_t> shapes[] = {{256, 512}, {256, 1024}, {32, 1024}, {1, 1024}};
+  // ctx 0: contexts drawn from 128..2048 (the bench workload's spread late in its decode).
+  const std::pair<int64_t, int64_t> shapes[] = {
+      {256, 512}, {256, 1024}, {256, 0}, {32, 1024}, {1, 1024}};
   for (DType kv : {DType::BF16, DType::F8E4M3})
     for (auto [B, ctx] : shapes) {
-      const int64_t blocks_per_seq = ctx / bs, width = blocks_per_seq + 1, nb = B * blocks_per_seq;
+      std::vector<int32_t> lens(static_cast<size_t>(B), int32_t(ctx));
+      if (ctx == 0) {
+        std::mt19937 gen(7);
+        for (int32_t& l : lens) l = int32_t(std::uniform_int_distribution<int>(128, 2048)(gen));
+      }
+      const int64_t max_ctx = *std::max_element(lens.begin(), lens.end());
+      const int64_t blocks_per_seq = (max_ctx + bs - 1) / bs, width = blocks_per_seq + 1,
+                    nb = B * blocks_per_seq;
       LayerKVCache cache{alloc(*be, keep, kv, {nb, bs, hkv, d}),
                          alloc(*be, keep, kv, {nb, bs, hkv, d})};
       be->fill_zero(cache.k);  // finite values (fp8 code 0 and bf16 0 alike)
@@ -98,8 +109,7 @@ int main() {
       std::vector<int32_t> perm(static_cast<size_t>(nb));
       for (int64_t i = 0; i < nb; ++i) perm[size_t(i)] = int32_t(i);
       std::shuffle(perm.begin(), perm.end(), std::mt19937(1));
-      std::vector<int32_t> tables(static_cast<size_t>(B * width), -1),
-          lens(static_cast<size_t>(B), int32_t(ctx));
+      std::vector<int32_t> tables(static_cast<size_t>(B * width), -1);
       for (int64_t s = 0; s < B; ++s)
         for (int64_t j = 0; j < blocks_per_seq; ++j)
           tables[size_t(s * width + j)] = perm[size_t(s * blocks_per_seq + j)];
@@ -116,10 +126,13 @@ int main() {
              out = alloc(*be, keep, DType::BF16, {B, hq, d});
       const double t =
           median_seconds(*be, [&] { be->attention_decode(out, q, cache, fb, 0.088f); });
-      const double bytes = double(B * ctx * hkv * d * int64_t(dtype_size(kv)) * 2);
-      std::printf("attention_decode %s B=%lld ctx=%lld: %.1f us -> %.0f GB/s (%.0f%% of copy)\n",
-                  kv == DType::BF16 ? "bf16" : "fp8 ", (long long)B, (long long)ctx, t * 1e6,
-                  bytes / t / 1e9, 100 * bytes / t / 1e9 / copy_gbs);
+      int64_t keys = 0;
+      for (int32_t l : lens) keys += l;
+      const double bytes = double(keys * hkv * d * int64_t(dtype_size(kv)) * 2);
+      std::printf("attention_decode %s B=%lld ctx=%s: %.1f us -> %.0f GB/s (%.0f%% of copy)\n",
+                  kv == DType::BF16 ? "bf16" : "fp8 ", (long long)B,
+                  ctx ? std::to_string(ctx).c_str() : "128..2048", t * 1e6, bytes / t / 1e9,
+                  100 * bytes / t / 1e9 / copy_gbs);
     }
 
   {  // Prefill attention, one 1024-token prompt.
@@ -145,6 +158,40 @@ int main() {
     const double flops = 4.0 * double(d * hq) * double(T * (T + 1) / 2);
     std::printf("attention_prefill T=%lld: %.1f us -> %.1f TFLOP/s\n", (long long)T, t * 1e6,
                 flops / t / 1e12);
+  }
+
+  {  // Sampling 256 rows of Qwen3's vocabulary: greedy, and the exponential race at temperature
+     // 0.6 (nano-vllm's bench) over logits spread like a trained model's (normal, std 3).
+    const int64_t B = 256, V = 151936;
+    std::vector<float> lg(static_cast<size_t>(B * V));
+    std::mt19937 gen(3);
+    std::normal_distribution<float> nd(0.0f, 3.0f);
+    for (float& v : lg) v = nd(gen);
+    Tensor logits = alloc(*be, keep, DType::F32, {B, V}), out = alloc(*be, keep, DType::I32, {B});
+    be->upload(logits, lg.data());
+    for (float temp : {0.0f, 0.6f}) {
+      HostBatch h;
+      h.temperatures.assign(size_t(B), temp);
+      h.top_k.assign(size_t(B), 0);
+      h.top_p.assign(size_t(B), 1.0f);
+      for (int64_t b = 0; b < B; ++b) {
+        h.seeds.push_back(uint64_t(b));
+        h.sample_offsets.push_back(b);
+      }
+      h.cu_seqlens_q.assign(size_t(B + 1), 0);
+      ForwardBatch fb;
+      fb.host = &h;
+      fb.num_seqs = int(B);
+      fb.num_tokens = int(B);
+      fb.temperatures = put(*be, keep, h.temperatures, DType::F32);
+      fb.top_k = put(*be, keep, h.top_k, DType::I32);
+      fb.top_p = put(*be, keep, h.top_p, DType::F32);
+      fb.seeds = put(*be, keep, h.seeds, DType::I64);
+      fb.sample_offsets = put(*be, keep, h.sample_offsets, DType::I64);
+      const double t = median_seconds(*be, [&] { be->sample(out, logits, fb); });
+      std::printf("sample B=%lld V=%lld temperature %.1f: %.1f us -> %.0f GB/s of logits\n",
+                  (long long)B, (long long)V, temp, t * 1e6, double(B * V * 4) / t / 1e9);
+    }
   }
 
   {  // Linear.

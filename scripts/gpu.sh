@@ -30,6 +30,9 @@
 # Each phase fits the device tool's 10-minute limit. Logs and JSON go to .gpu/out; when $OUT is
 # set (the device tool), they come back packed in $OUT/gpu_logs.tgz with results.tsv beside it
 # (the tool returns at most 8 files).
+# NANOVLLM_CTEST_REGEX runs only the cuda tests it matches (ctest -R); NANOVLLM_GREEDY_FAMILIES
+# the tiny presets the bench phase scores against transformers besides qwen3-0.6b (default: all
+# five; empty: none), for a short lease.
 # NANOVLLM_BENCH_FLAGS adds engine flags to both bench runs (e.g. "--max-num-seqs 256");
 # NANOVLLM_BENCH_MODES picks the bench runs (default "graphs eager fp8"); NANOVLLM_PEER_ROUNDS the
 # peer phase's rounds (default 3); NANOVLLM_GPU_BUDGET_S skips the phases that would start after
@@ -96,7 +99,7 @@ phase_build() {
 }
 
 phase_test() {
-  if timeout "${NANOVLLM_CTEST_TIMEOUT_S:-300}" ctest --test-dir build/gpu -L '^cuda$' -V --timeout 120 > "$out/ctest.log" 2>&1; then
+  if timeout "${NANOVLLM_CTEST_TIMEOUT_S:-300}" ctest --test-dir build/gpu -L '^cuda$' ${NANOVLLM_CTEST_REGEX:+-R "$NANOVLLM_CTEST_REGEX"} -V --timeout 120 > "$out/ctest.log" 2>&1; then
     note "ctest -L cuda" ok "$(grep -Eo '[0-9]+ tests? failed out of [0-9]+|100% tests passed.*' "$out/ctest.log" | tail -1)"
   else
     note "ctest -L cuda" FAIL "$(grep -Eo '[0-9]+% tests passed, [0-9]+ tests failed out of [0-9]+' "$out/ctest.log" | tail -1)"
@@ -160,7 +163,7 @@ print(f'{t:,.0f} output tok/s ({n:,.0f} tokens); bound {bound:.2f} s = {best:,.0
   # then each other family the engine loads (tiny presets: seconds each).
   greedy_vs_hf "$model" qwen3-0.6b
   local p
-  for p in tiny-qwen2 tiny-llama tiny-mistral qwen3-moe-tiny tiny-mixtral; do
+  for p in ${NANOVLLM_GREEDY_FAMILIES-tiny-qwen2 tiny-llama tiny-mistral qwen3-moe-tiny tiny-mixtral}; do
     if [ -f ".gpu/models/$p/config.json" ] ||
         "$bin" make-model --preset "$p" --out ".gpu/models/$p" > "$out/make_model_$p.log" 2>&1; then
       greedy_vs_hf ".gpu/models/$p" "$p"
@@ -220,7 +223,7 @@ import re, sys
 def rows(path):
     out = {}
     for line in open(path):
-        m = re.match(r"(attention_\w+ .*?|linear M=\d+ \S+ \S+ \S+):\s+([\d.]+) us", line.strip())
+        m = re.match(r"(attention_\w+ .*?|sample .*?|linear M=\d+ \S+ \S+ \S+):\s+([\d.]+) us", line.strip())
         if m: out[m.group(1)] = float(m.group(2))
     return out
 b, n = rows(sys.argv[1]), rows(sys.argv[2])
@@ -282,10 +285,12 @@ print('; '.join(f'{r[-1][:40]} {float(r[0]):.1f}%' for r in rows[:6]))")"
     > "$out/ncu.csv" 2> "$out/profile.log"
   if python3 - "$out/ncu.csv" > "$out/kernels.txt" 2>> "$out/profile.log" << 'PY'
 import csv, sys, collections
-rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
-head = rows[0]; rows = rows[1:]
+# The engine's JSON line and ncu's notes come first: the table starts at its header row.
+rows = list(csv.reader(open(sys.argv[1])))
+at = next(i for i, r in enumerate(rows) if "Kernel Name" in r)
+head = rows[at]; rows = [r for r in rows[at + 1:] if len(r) == len(head)]
 col = {n: i for i, n in enumerate(head)}
-scale = {"nsecond": 1e-9, "usecond": 1e-6, "msecond": 1e-3, "second": 1.0, "byte": 1.0,
+scale = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0, "nsecond": 1e-9, "usecond": 1e-6, "msecond": 1e-3, "second": 1.0, "byte": 1.0,
          "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "%": 1.0}
 per = collections.defaultdict(lambda: collections.defaultdict(float))
 calls = collections.Counter()

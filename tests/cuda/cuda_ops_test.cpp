@@ -198,7 +198,7 @@ TEST_F(CudaOps, RopeAndSiluAndMul) {
 // -0.0 beside it, -inf and NaN entries.
 TEST_F(CudaOps, SampleMatchesReference) {
   const int64_t V = 3000;
-  enum Kind { kRandom, kFlat, kGrid, kSigned0 };
+  enum Kind { kRandom, kFlat, kGrid, kSigned0, kPeaked };
   struct Row {
     float temperature;
     int32_t top_k;
@@ -207,16 +207,36 @@ TEST_F(CudaOps, SampleMatchesReference) {
   };
   const std::vector<std::vector<Row>> batches = {
       // Device only: nothing it could send back.
-      {{0.0f, 0, 1.0f, kRandom}, {0.7f, 0, 1.0f, kRandom}, {0.7f, 1, 1.0f, kRandom},
-       {0.7f, 20, 1.0f, kRandom}, {0.6f, 20, 0.95f, kRandom}, {1.3f, 1024, 1.0f, kRandom},
-       {1.3f, 1024, 0.9f, kRandom}, {1.0f, 50, 0.9f, kFlat}, {0.8f, 7, 1.0f, kGrid},
-       {0.8f, 300, 0.6f, kGrid}, {0.4f, 5, 0.5f, kSigned0}, {0.9f, 0, 1.0f, kSigned0},
-       {0.0f, 0, 1.0f, kSigned0}, {0.7f, int32_t(V), 1.0f, kRandom}, {0.7f, 1023, 0.99f, kFlat}},
+      {{0.0f, 0, 1.0f, kRandom},
+       {0.7f, 0, 1.0f, kRandom},
+       {0.7f, 1, 1.0f, kRandom},
+       {0.7f, 20, 1.0f, kRandom},
+       {0.6f, 20, 0.95f, kRandom},
+       {1.3f, 1024, 1.0f, kRandom},
+       {1.3f, 1024, 0.9f, kRandom},
+       {1.0f, 50, 0.9f, kFlat},
+       {0.8f, 7, 1.0f, kGrid},
+       {0.8f, 300, 0.6f, kGrid},
+       {0.4f, 5, 0.5f, kSigned0},
+       {0.9f, 0, 1.0f, kSigned0},
+       {0.0f, 0, 1.0f, kSigned0},
+       {0.7f, int32_t(V), 1.0f, kRandom},
+       {0.7f, 1023, 0.99f, kFlat},
+       // Logits spread like a trained model's: the race skips most tokens, never the winner.
+       {0.6f, 0, 1.0f, kPeaked},
+       {1.0f, 0, 1.0f, kPeaked},
+       {2.5f, 0, 1.0f, kPeaked},
+       {0.0f, 0, 1.0f, kPeaked}},
       // top-p alone: decided on the device where the nucleus fits its candidates, else by the
       // host; beside rows of every other kind.
-      {{0.5f, 0, 0.8f, kRandom}, {0.6f, 0, 0.3f, kRandom}, {1.0f, 0, 0.9f, kFlat},
-       {0.8f, 0, 0.7f, kGrid}, {0.0f, 0, 0.5f, kRandom}, {0.7f, 20, 0.95f, kRandom},
-       {1.0f, 0, 0.999f, kFlat}, {0.4f, 0, 0.9f, kSigned0}},
+      {{0.5f, 0, 0.8f, kRandom},
+       {0.6f, 0, 0.3f, kRandom},
+       {1.0f, 0, 0.9f, kFlat},
+       {0.8f, 0, 0.7f, kGrid},
+       {0.0f, 0, 0.5f, kRandom},
+       {0.7f, 20, 0.95f, kRandom},
+       {1.0f, 0, 0.999f, kFlat},
+       {0.4f, 0, 0.9f, kSigned0}},
       // top-k beyond the device's limit: the host samples the whole batch.
       {{1.0f, 2000, 1.0f, kRandom}, {0.7f, 20, 0.95f, kRandom}, {0.0f, 0, 1.0f, kGrid}},
   };
@@ -232,6 +252,7 @@ TEST_F(CudaOps, SampleMatchesReference) {
         if (r.kind == kFlat) v = 0.002f * v;
         if (r.kind == kGrid) v = 0.5f * std::round(v);
         if (r.kind == kSigned0) v = -std::fabs(v) - 0.25f;
+        if (r.kind == kPeaked) v = 6.0f * v;
       }
       if (r.kind == kSigned0) {
         x[33] = -0.0f;
@@ -262,6 +283,40 @@ TEST_F(CudaOps, SampleMatchesReference) {
     if (rows[0].temperature == 0.0f) {
       EXPECT_EQ(got[0], 17);
     }
+  }
+}
+
+// The exponential race, which skips the tokens too far below the argmax's score to win, picks
+// the reference's token for many seeds, on rows from 16-byte-aligned (float4 loads) and not
+// (V odd: one float at a time), logits spread from flat to peaked, and near the skipping bound.
+TEST_F(CudaOps, SampleRaceSkipsOnlyTokensThatCannotWin) {
+  const int64_t V = 3001, B = 24;
+  Vec logits;
+  HostBatch h;
+  for (int64_t b = 0; b < B; ++b) {
+    const float spread = 0.5f * float(1 + b % 8);  // up to +-20 logits
+    Vec x = test::random_vec(rng, size_t(V), -spread * 5.0f, spread * 5.0f);
+    if (b % 3 == 0) x[size_t(b * 97 % V)] = 40.0f;  // one token far ahead
+    if (b % 3 == 1) {  // a few tokens right at the bound below the leader: d = -16.5 .. -17.5
+      x[5] = 30.0f;
+      for (int j = 0; j < 200; ++j) x[size_t(100 + j)] = 30.0f - 0.6f * (16.5f + j / 200.0f);
+    }
+    logits.insert(logits.end(), x.begin(), x.end());
+    h.temperatures.push_back(b % 3 == 1 ? 0.6f : 0.3f + 0.1f * float(b % 12));
+    h.top_k.push_back(0);
+    h.top_p.push_back(1.0f);
+    h.seeds.push_back(uint64_t(77 + 13 * b));
+    h.sample_offsets.push_back(int64_t(3 * b));
+  }
+  const ForwardBatch fb = sampling_batch(h, B);
+  Tensor out = poisoned(DType::I32, {B});
+  be->sample(out, f32(logits, {B, V}), fb);
+  std::vector<int32_t> got = get_i32(out);
+  for (int64_t b = 0; b < B; ++b) {
+    Vec row(logits.begin() + b * V, logits.begin() + (b + 1) * V);
+    EXPECT_EQ(got[size_t(b)], ref::sample(row, h.temperatures[size_t(b)], 0, 1.0f,
+                                          h.seeds[size_t(b)], h.sample_offsets[size_t(b)]))
+        << "row " << b;
   }
 }
 

@@ -145,9 +145,11 @@ TEST(CudaLaunch, DecodePartitionsDependOnTheSequenceOnly) {
 
 TEST(CudaLaunch, DecodeGridCoversTheMachineWithinTheTable) {
   EXPECT_EQ(decode_grid_partitions(1, 8, 132, 17), 17);   // batch 1: every partition its CTA
-  EXPECT_EQ(decode_grid_partitions(256, 8, 132, 17), 1);  // batch 256: 2048 CTAs already
+  EXPECT_EQ(decode_grid_partitions(256, 8, 132, 17), 16);  // 256 * 132 / 2048 CTAs a partition
   EXPECT_EQ(decode_grid_partitions(4, 8, 132, 17), 17);
-  EXPECT_EQ(decode_grid_partitions(16, 8, 132, 17), 5);  // ceil(528 / 128)
+  EXPECT_EQ(decode_grid_partitions(16, 8, 132, 17), 17);
+  EXPECT_EQ(decode_grid_partitions(512, 8, 132, 160), 8);  // a long table: capped
+  EXPECT_EQ(decode_grid_partitions(4096, 8, 132, 17), 1);
   EXPECT_EQ(decode_grid_partitions(3, 2, 132, 1), 1);
   for (int64_t b = 1; b <= 512; ++b) {
     const int g = decode_grid_partitions(b, 8, 132, 17);

@@ -58,12 +58,16 @@ __device__ __forceinline__ void unpack8(uint4 u, float* f) {
   }
 }
 
-__device__ __forceinline__ void store8(uint16_t* p, const float* f) {
+__device__ __forceinline__ uint4 pack8(const float* f) {
   uint32_t w[4];
 #pragma unroll
   for (int i = 0; i < 4; ++i)
     w[i] = uint32_t(f32_to_bf16_bits(f[2 * i])) | (uint32_t(f32_to_bf16_bits(f[2 * i + 1])) << 16);
-  *reinterpret_cast<uint4*>(p) = make_uint4(w[0], w[1], w[2], w[3]);
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+__device__ __forceinline__ void store8(uint16_t* p, const float* f) {
+  *reinterpret_cast<uint4*>(p) = pack8(f);
 }
 
 // 4 E4M3 codes (byte j of w = element j) -> 4 f32, exactly (runtime/fp8.h's values; E4M3 -> f16

@@ -26,14 +26,19 @@ inline int decode_num_partitions(int64_t max_keys) {
 // Partitions sequence b actually uses: its own context length, never the batch's maximum.
 inline int decode_seq_partitions(int64_t context_len) { return decode_num_partitions(context_len); }
 
-// CTAs per (sequence, kv head) of the decode grid: about 4 waves of CTAs over the SMs, at most
-// the partitions the widest row can have, at least 1. Each CTA loops over its sequence's
-// partitions with stride = this count, so it changes the speed, never the result. Fixed per
-// captured graph (it depends on the bucket's size and the table width only).
+// CTAs per (sequence, kv head) of the decode grid: one per partition of the widest row (a
+// sequence with fewer leaves the rest to exit at once), unless that passes kDecodeGridCtasPerSm
+// CTAs per SM; then fewer, each looping over its sequence's partitions with stride = this count,
+// which changes the speed, never the result. Fixed per captured graph (it depends on the
+// bucket's size and the table width only). A CTA per partition keeps the CTAs' work equal: with
+// one CTA looping over a whole sequence, the longest sequence of a mixed batch set the kernel's
+// time (the H200 profile of 128 sequences: 69% of the copy bandwidth).
+inline constexpr int64_t kDecodeGridCtasPerSm = 256;
 inline int decode_grid_partitions(int64_t num_seqs, int64_t hkv, int num_sms, int max_partitions) {
-  const int64_t ctas = num_seqs * hkv;
-  const int64_t want = (int64_t(4) * num_sms + ctas - 1) / (ctas < 1 ? 1 : ctas);
-  return int(want < 1 ? 1 : (want > max_partitions ? max_partitions : want));
+  const int64_t ctas = num_seqs * hkv < 1 ? 1 : num_seqs * hkv;
+  const int64_t cap = kDecodeGridCtasPerSm * num_sms / ctas;
+  const int64_t want = cap < max_partitions ? cap : max_partitions;
+  return int(want < 1 ? 1 : want);
 }
 
 // The decode kernel's register tile of query heads: the smallest of 1, 2, 4, 8 that holds a GQA

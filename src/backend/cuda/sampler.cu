@@ -2,7 +2,8 @@
 // functions of runtime/sampling_rng.h (clean_logit, scaled_logit, sample_uniform, race_score),
 // so the token is the one the CPU and the reference pick for the same logits and seed.
 //   - greedy (temperature 0): argmax, lowest index on ties;
-//   - neither top-k nor top-p: the exponential race over every token;
+//   - neither top-k nor top-p: the exponential race over every token that can win it (a token
+//     whose d is more than kMaxRaceNoise below the argmax's race score cannot);
 //   - top-k (k <= kMaxDeviceTopK) and / or top-p: the kept set is found by a radix select over
 //     one 64-bit key per token, (order bits of d) << 32 | ~index, larger = better (d descending,
 //     then index ascending: the rule's order, every key distinct). Passes of 11 bits from the
@@ -59,6 +60,48 @@ __device__ Best block_best(Best x) {
   return r;
 }
 
+// The most race_score(d, u) can exceed d by: -log(-log(u)) for the largest u sample_uniform
+// returns, 1 - 2^-24 (16.64), with room for the f32 rounding of the logarithms and the sum.
+constexpr float kMaxRaceNoise = 17.0f;
+
+// f(i, x[i]) for every i < n, i taken by this thread (which i a thread sees is free: the callers
+// reduce with `better`, whose result is the same in any order). A 16-byte-aligned row is read
+// as float4, kLogitLoads of them in flight per thread: one CTA streams a 600 KB row, and with
+// one float per thread in flight it waited on the latency instead (a few GB/s per SM).
+constexpr int kLogitLoads = 4;
+template <typename F>
+__device__ __forceinline__ void for_each_logit(const float* x, int64_t n, F&& f) {
+  const int64_t t = threadIdx.x, nt = blockDim.x;
+  int64_t done = 0;
+  if ((reinterpret_cast<uintptr_t>(x) & 15u) == 0) {
+    const float4* x4 = reinterpret_cast<const float4*>(x);
+    const int64_t n4 = n / 4;
+    int64_t j = t;
+    for (; j + (kLogitLoads - 1) * nt < n4; j += kLogitLoads * nt) {
+      float4 v[kLogitLoads];
+#pragma unroll
+      for (int u = 0; u < kLogitLoads; ++u) v[u] = __ldg(x4 + j + u * nt);
+#pragma unroll
+      for (int u = 0; u < kLogitLoads; ++u) {
+        const int64_t i = 4 * (j + u * nt);
+        f(i, v[u].x);
+        f(i + 1, v[u].y);
+        f(i + 2, v[u].z);
+        f(i + 3, v[u].w);
+      }
+    }
+    for (; j < n4; j += nt) {
+      const float4 v = __ldg(x4 + j);
+      f(4 * j, v.x);
+      f(4 * j + 1, v.y);
+      f(4 * j + 2, v.z);
+      f(4 * j + 3, v.w);
+    }
+    done = 4 * n4;
+  }
+  for (int64_t i = done + t; i < n; i += nt) f(i, x[i]);
+}
+
 // Inclusive prefix sum of v over the block's threads in threadIdx order.
 __device__ int block_inclusive_scan(int v) {
   __shared__ int warp_sums[kSampleThreads / 32];
@@ -106,7 +149,9 @@ __global__ void __launch_bounds__(kSampleThreads)
   const float* x = logits + b * stride;
   const float temperature = temperatures[b];
   Best best{-INFINITY, kNoIndex};
-  for (int64_t i = t; i < vocab; i += blockDim.x) best = better(best, {clean_logit(x[i]), int32_t(i)});
+  for_each_logit(x, vocab, [&](int64_t i, float v) {
+    best = better(best, {clean_logit(v), int32_t(i)});
+  });
   best = block_best(best);
   if (temperature == 0.0f || best.v == -INFINITY) {  // greedy; or every logit -inf / NaN: token 0
     if (t == 0) out[b] = best.v == -INFINITY ? 0 : best.i;
@@ -129,9 +174,17 @@ __global__ void __launch_bounds__(kSampleThreads)
   }
 
   if (!use_top_k && !use_top_p) {
+    // The argmax's own score bounds the winner's from below, and no token scores above
+    // d + kMaxRaceNoise: a token with d < floor - kMaxRaceNoise cannot win or tie, so its hash
+    // and logarithms are skipped (most of a trained model's vocabulary). Same token as before.
+    const float floor = race_score(0.0f, sample_uniform(seed, offset, best.i)) - kMaxRaceNoise;
     Best race{-INFINITY, kNoIndex};
-    for (int64_t i = t; i < vocab; i += blockDim.x)
-      race = better(race, {race_score(d_of(i), sample_uniform(seed, offset, i)), int32_t(i)});
+    for_each_logit(x, vocab, [&](int64_t i, float v) {
+      float d = scaled_logit(clean_logit(v), m, temperature);
+      d = d == 0.0f ? 0.0f : d;
+      if (d >= floor)
+        race = better(race, {race_score(d, sample_uniform(seed, offset, i)), int32_t(i)});
+    });
     race = block_best(race);
     if (t == 0) out[b] = race.i == kNoIndex ? 0 : race.i;
     return;
