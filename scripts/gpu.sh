@@ -277,11 +277,12 @@ print('; '.join(f'{r[-1][:40]} {float(r[0]):.1f}%' for r in rows[:6]))")"
   # timed alone with its DRAM traffic. Kernels outside the window run unprofiled. The KV cache is
   # held to 16 GB: a replayed kernel has the memory it may write saved and restored around each
   # pass, and the default cache (90% of the GPU) kept a 256-sequence run under ncu from reaching
-  # step 400 in 300 s on an H200.
+  # step 400 in 300 s on an H200. Every step runs slower under ncu (165 ms each, unprofiled
+  # ones too: the whole 1,000-step run took 170 s), so outputs stop at 256 tokens: about 260 steps.
   NANOVLLM_PROFILE_STEPS=${NANOVLLM_PROFILE_STEPS:-150:151} timeout 300 "$ncu" --profile-from-start off \
     --clock-control none --cache-control none --csv \
     --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,sm__throughput.avg.pct_of_peak_sustained_elapsed \
-    "$bin" bench --model "$model" --device cuda --no-roofline --num-seqs 128 --kv-cache-memory 16G \
+    "$bin" bench --model "$model" --device cuda --no-roofline --num-seqs 128 --kv-cache-memory 16G --max-output-len 256 \
     > "$out/ncu.csv" 2> "$out/profile.log"
   if python3 - "$out/ncu.csv" > "$out/kernels.txt" 2>> "$out/profile.log" << 'PY'
 import csv, sys, collections
