@@ -1,13 +1,14 @@
 // Decode attention: split-K flash-decoding over the paged cache. A CTA serves one (sequence,
 // kv head, partition of kDecodePartitionKeys keys) for all the query heads of that kv head, so
-// each K/V row is read once per step. Inside the CTA, groups of D/8 lanes each take one key at a
-// time (16-byte loads, U keys in flight) with an fp32 online softmax in log2 units, rescaled once
+// each K/V row is read once per step. Inside the CTA, groups of D/E lanes (E elements a lane:
+// lane_elems) each take one key at a time (16-byte loads of bf16, 8 or 16 bytes of fp8; U keys
+// in flight) with an fp32 online softmax in log2 units, rescaled once
 // per chunk of U keys (one exp2 per key and head); the groups merge in shared memory. A sequence
 // with one partition writes its output directly; longer ones write (o, m, l) per partition and a
 // second kernel merges them by log-sum-exp. The partitions of a sequence depend only on its own
 // context length, so its output never depends on the batch.
-// An fp8 cache is read as 8-byte rows of codes converted in registers, with k_scale folded into
-// the score scale and v_scale into the output.
+// An fp8 cache is read as codes converted in registers, with k_scale folded into the score
+// scale and v_scale into the output.
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.h"
@@ -27,19 +28,48 @@ __device__ __forceinline__ int seq_partitions(int ctx) {
   return ctx <= kP ? 1 : (ctx + kP - 1) / kP;
 }
 
+// E elements of one K or V row as a lane loads them: 8 (KvElem's 16 bytes of bf16 or 8 of fp8)
+// or, for an fp8 cache, 16 (16 bytes).
+template <typename C, int E>
+struct KvChunk : KvElem<C> {
+  static_assert(E == 8);
+};
+template <>
+struct KvChunk<uint8_t, 16> {
+  using Raw = uint4;
+  __device__ __forceinline__ static Raw load(const uint8_t* p) {
+    return *reinterpret_cast<const uint4*>(p);
+  }
+  __device__ __forceinline__ static Raw zero() { return make_uint4(0, 0, 0, 0); }
+  __device__ __forceinline__ static void unpack(Raw r, float* f) {
+    unpack8_fp8(make_uint2(r.x, r.y), f);
+    unpack8_fp8(make_uint2(r.z, r.w), f + 8);
+  }
+};
+
+// Elements a lane takes of each row. An fp8 row read 8 bytes a lane spent as many instructions
+// per key (the group's shuffle sums, the softmax) as a bf16 row of twice the bytes, and ran at
+// half the copy bandwidth, bound by those instructions; 16 halves them per byte. Small GQA
+// groups only: the lane's q and accumulators grow with E x GT registers.
+template <typename C, int GT>
+constexpr int lane_elems() {
+  return sizeof(C) == 1 && GT <= 2 ? 16 : 8;
+}
+
 // scale: the score scale times k_scale; out_scale: v_scale (1 for a bf16 cache).
 template <int D, int GT, typename C>
-__global__ void __launch_bounds__(kDecodeThreads)
+__global__ void __launch_bounds__(kDecodeThreads, lane_elems<C, GT>() == 16 ? 4 : 1)
     decode_partition_kernel(uint16_t* out, Rows q, int32_t hq, PagedKV kv,
                             const int32_t* context_lens, int num_partitions, float scale,
                             float out_scale, float* partials) {
-  using Elem = KvElem<C>;
-  constexpr int LPK = D / 8;                       // lanes per key
+  constexpr int E = lane_elems<C, GT>();           // elements of a row per lane
+  using Elem = KvChunk<C, E>;
+  constexpr int LPK = D / E;                       // lanes per key
   constexpr int KPW = 32 / LPK;                    // keys per warp step
   constexpr int NG = (kDecodeThreads / 32) * KPW;  // key groups per CTA
-  // Keys in flight per group. An fp8 row is half the bytes, so GQA 2 (Qwen3's) keeps twice the
-  // keys in flight to keep the bytes in flight; ptxas -v (sm_90a) shows no spill for these.
-  constexpr int U = GT == 2 && sizeof(C) == 1 ? 8 : GT <= 2 ? 4 : 2;
+  // Keys in flight per group: 16-byte loads, 4 keys at GQA <= 2 and 2 past it; ptxas -v (sm_90a)
+  // shows no spill for these.
+  constexpr int U = GT <= 2 ? 4 : 2;
   __shared__ float sm_m[NG][GT];
   __shared__ float sm_l[NG][GT];
   __shared__ float sm_acc[NG][GT][D];
@@ -57,32 +87,33 @@ __global__ void __launch_bounds__(kDecodeThreads)
     const int sub = lane % LPK, grp = warp * KPW + lane / LPK;
 
     // Scores are kept in log2 units (q pre-scaled by log2 e), so each exponential is one exp2.
-    float qv[GT][8];
+    float qv[GT][E];
 #pragma unroll
     for (int g = 0; g < GT; ++g) {
       if (g < G) {
         const uint16_t* qp = static_cast<const uint16_t*>(q.data) + int64_t(b) * q.stride0 +
-                             int64_t(kvh * G + g) * q.stride1 + sub * 8;
-        load8(qp, qv[g]);
+                             int64_t(kvh * G + g) * q.stride1 + sub * E;
 #pragma unroll
-        for (int e = 0; e < 8; ++e) qv[g][e] *= scale * kLog2e;
+        for (int e = 0; e < E; e += 8) load8(qp + e, qv[g] + e);
+#pragma unroll
+        for (int e = 0; e < E; ++e) qv[g][e] *= scale * kLog2e;
       } else {
 #pragma unroll
-        for (int e = 0; e < 8; ++e) qv[g][e] = 0.0f;
+        for (int e = 0; e < E; ++e) qv[g][e] = 0.0f;
       }
     }
-    float m[GT], l[GT], acc[GT][8];
+    float m[GT], l[GT], acc[GT][E];
 #pragma unroll
     for (int g = 0; g < GT; ++g) {
       m[g] = -INFINITY;
       l[g] = 0.0f;
 #pragma unroll
-      for (int e = 0; e < 8; ++e) acc[g][e] = 0.0f;
+      for (int e = 0; e < E; ++e) acc[g][e] = 0.0f;
     }
 
     const int32_t* table = kv.block_tables + int64_t(b) * kv.table_stride;
     const int64_t row = int64_t(kv.hkv) * D;
-    const int64_t head_off = int64_t(kvh) * D + sub * 8;
+    const int64_t head_off = int64_t(kvh) * D + sub * E;
     const C* k_cache = static_cast<const C*>(kv.k);
     const C* v_cache = static_cast<const C*>(kv.v);
     // A partition inside one cache block (every partition when the block size is a multiple of
@@ -109,13 +140,13 @@ __global__ void __launch_bounds__(kDecodeThreads)
       float s[GT][U];
 #pragma unroll
       for (int u = 0; u < U; ++u) {
-        float kf[8];
+        float kf[E];
         Elem::unpack(kr[u], kf);
 #pragma unroll
         for (int g = 0; g < GT; ++g) {
           float d = 0.0f;
 #pragma unroll
-          for (int e = 0; e < 8; ++e) d += qv[g][e] * kf[e];
+          for (int e = 0; e < E; ++e) d += qv[g][e] * kf[e];
           s[g][u] = d;
         }
       }
@@ -142,14 +173,14 @@ __global__ void __launch_bounds__(kDecodeThreads)
         const float c = exp2f(m[g] - m_new);  // 0 while m is -inf
         l[g] *= c;
 #pragma unroll
-        for (int e = 0; e < 8; ++e) acc[g][e] *= c;
+        for (int e = 0; e < E; ++e) acc[g][e] *= c;
         m[g] = m_new;
 #pragma unroll
         for (int u = 0; u < U; ++u) s[g][u] = valid[u] ? exp2f(s[g][u] - m_new) : 0.0f;
       }
 #pragma unroll
       for (int u = 0; u < U; ++u) {
-        float vf[8];
+        float vf[E];
         Elem::unpack(vr[u], vf);
 #pragma unroll
         for (int g = 0; g < GT; ++g) {
@@ -157,7 +188,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
           const float p = s[g][u];
           l[g] += p;
 #pragma unroll
-          for (int e = 0; e < 8; ++e) acc[g][e] += p * vf[e];
+          for (int e = 0; e < E; ++e) acc[g][e] += p * vf[e];
         }
       }
     }
@@ -165,7 +196,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
 #pragma unroll
     for (int g = 0; g < GT; ++g) {
 #pragma unroll
-      for (int e = 0; e < 8; ++e) sm_acc[grp][g][sub * 8 + e] = acc[g][e];
+      for (int e = 0; e < E; ++e) sm_acc[grp][g][sub * E + e] = acc[g][e];
       if (sub == 0) {
         sm_m[grp][g] = m[g];
         sm_l[grp][g] = l[g];
