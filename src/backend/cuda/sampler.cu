@@ -174,15 +174,16 @@ __global__ void __launch_bounds__(kSampleThreads)
   }
 
   if (!use_top_k && !use_top_p) {
-    // The argmax's own score bounds the winner's from below, and no token scores above
-    // d + kMaxRaceNoise: a token with d < floor - kMaxRaceNoise cannot win or tie, so its hash
-    // and logarithms are skipped (most of a trained model's vocabulary). Same token as before.
-    const float floor = race_score(0.0f, sample_uniform(seed, offset, best.i)) - kMaxRaceNoise;
+    // The winner scores at least what the argmax (d = 0) scores, and no token scores above
+    // d + kMaxRaceNoise: a token with d below race_floor = (the argmax's score) - kMaxRaceNoise
+    // cannot win or tie, so its hash and logarithms are skipped (most of a trained model's
+    // vocabulary). Same token as before.
+    const float race_floor = race_score(0.0f, sample_uniform(seed, offset, best.i)) - kMaxRaceNoise;
     Best race{-INFINITY, kNoIndex};
     for_each_logit(x, vocab, [&](int64_t i, float v) {
       float d = scaled_logit(clean_logit(v), m, temperature);
       d = d == 0.0f ? 0.0f : d;
-      if (d >= floor)
+      if (d >= race_floor)
         race = better(race, {race_score(d, sample_uniform(seed, offset, i)), int32_t(i)});
     });
     race = block_best(race);
