@@ -291,8 +291,9 @@ rows = list(csv.reader(open(sys.argv[1])))
 at = next(i for i, r in enumerate(rows) if "Kernel Name" in r)
 head = rows[at]; rows = [r for r in rows[at + 1:] if len(r) == len(head)]
 col = {n: i for i, n in enumerate(head)}
-scale = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0, "nsecond": 1e-9, "usecond": 1e-6, "msecond": 1e-3, "second": 1.0, "byte": 1.0,
-         "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "%": 1.0}
+scale = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0, "nsecond": 1e-9, "usecond": 1e-6,
+         "msecond": 1e-3, "second": 1.0, "byte": 1.0, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9,
+         "%": 1.0}
 per = collections.defaultdict(lambda: collections.defaultdict(float))
 calls = collections.Counter()
 for r in rows:

@@ -145,7 +145,7 @@ TEST(CudaLaunch, DecodePartitionsDependOnTheSequenceOnly) {
 
 TEST(CudaLaunch, DecodeGridCoversTheMachineWithinTheTable) {
   EXPECT_EQ(decode_grid_partitions(1, 8, 132, 17), 17);   // batch 1: every partition its CTA
-  EXPECT_EQ(decode_grid_partitions(256, 8, 132, 17), 16);  // 256 * 132 / 2048 CTAs a partition
+  EXPECT_EQ(decode_grid_partitions(256, 8, 132, 17), 16);  // the cap: 256 x 132 CTAs / 2048
   EXPECT_EQ(decode_grid_partitions(4, 8, 132, 17), 17);
   EXPECT_EQ(decode_grid_partitions(16, 8, 132, 17), 17);
   EXPECT_EQ(decode_grid_partitions(512, 8, 132, 160), 8);  // a long table: capped
