@@ -176,7 +176,7 @@ void qgemm(const QGemmArgs& a, ThreadPool& pool, QGemmIsa isa) {
   }
 
   // AVX2 (and AVX-VNNI) tiles: 4 rows x 2 blocks, or 1 row x 4 blocks (a lone row streams 4
-  // blocks at once).
+  // blocks at once); AVX-VNNI int8 from 5 rows on: 8 rows x 1 block (qgemm.h).
   // AVX-512 VNNI: up to 4 rows x 4 blocks, 8 rows x 2 blocks from 5 rows on (qgemm.h).
   // For int4, measured on a Zen 3 at M = 16 and 64 (6144 x 1024, 2 threads): 4 x 2 at 152 G
   // multiply-adds a second, 3 x 2 at 142-147, 4 x 1 at 134. AVX-512 VNNI tiles: 4 rows x 4
@@ -189,7 +189,10 @@ void qgemm(const QGemmArgs& a, ThreadPool& pool, QGemmIsa isa) {
   // in L1.
   const bool vnni = isa == QGemmIsa::AVX512_VNNI;
   const bool wide = vnni && m > detail::kQMaxRows;  // 8-row tiles of 2 blocks
-  const int max_rows = wide ? detail::kQMaxRowsVnni : detail::kQMaxRows;
+  const bool wide_ymm = isa == QGemmIsa::AVX_VNNI && !int4 && m > detail::kQMaxRows;  // 8 x 1
+  const int max_rows = wide       ? detail::kQMaxRowsVnni
+                       : wide_ymm ? detail::kQMaxRowsAvxVnni
+                                  : detail::kQMaxRows;
   const auto tile_for = vnni                        ? detail::avx512_qtile
                         : isa == QGemmIsa::AVX_VNNI ? detail::avxvnni_qtile
                                                     : detail::avx2_qtile;
@@ -201,7 +204,7 @@ void qgemm(const QGemmArgs& a, ThreadPool& pool, QGemmIsa isa) {
     const int64_t b_end = std::min(l.nblocks, u1 * 4);
     for (int64_t m0 = 0; m0 < m; m0 += mc) {
       const int64_t m1 = std::min(m, m0 + mc);
-      const int want = m1 - m0 == 1 || (vnni && !wide) ? 4 : 2;
+      const int want = wide_ymm ? 1 : m1 - m0 == 1 || (vnni && !wide) ? 4 : 2;
       for (int64_t b = u0 * 4; b < b_end;) {
         const int blocks = int(std::min<int64_t>(want, b_end - b));
         for (int64_t r = m0; r < m1;) {
