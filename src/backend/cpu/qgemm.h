@@ -113,14 +113,13 @@ constexpr int kQMaxRows = 4;
 // do it twice (the int8 shifts share the two vector ports with vpdpwssd), and a block's
 // weights are read by half as many row tiles.
 constexpr int kQMaxRowsVnni = 8;
-// The AVX-VNNI int8 tiles (int16 x on vpdpwssd ymm) take 5..8 rows of one block too: a 32-byte
-// load of weights costs three shifts to widen, which an 8-row tile spends on 16 vpdpwssd where
-// a 4-row tile of 2 blocks spends them on 8. Measured on the Intel Xeon family 6 model 207 held to
-// AVX2 + AVX-VNNI, 2 threads, bench_gemm --quant int8 --avxvnni over the five qwen3-0.6b shapes at
-// M = 16, 32, 64, two interleaved rounds, median G ops/s: 8 x 1 248 / 240 against 179 / 166 for 4 x
-// 2 (6 x 1 194, 8 x 2 195-198, 6 x 2 175-189). int4 stays on 4 x 2 (406 / 400 against 382 / 379 for
-// 8 x 1), and the AVX2 tiles too: their 8 x 1 was 1.15x there, but they were measured best on a Zen
-// 3, which this machine cannot stand for.
+// The AVX-VNNI int8 tiles (int16 x on vpdpwssd ymm) take 5..8 rows of one block too: the three
+// shifts that widen a 32-byte load of weights feed 16 vpdpwssd in an 8-row tile, 8 in a 4-row
+// tile of 2 blocks. Measured on the Intel Xeon family 6 model 207 held to AVX2 + AVX-VNNI, 2
+// threads, bench_gemm --quant int8 --avxvnni on the five qwen3-0.6b shapes at M = 16, 32, 64,
+// two interleaved rounds, median G ops/s: 8 x 1 at 248 / 240, 4 x 2 at 179 / 166 (6 x 1: 194,
+// 8 x 2: 195-198, 6 x 2: 175-189). int4 keeps 4 x 2 (406 / 400 against 382 / 379 for 8 x 1),
+// and so do the AVX2 tiles: 8 x 1 ran 1.15x there, but a Zen 3 chose theirs.
 constexpr int kQMaxRowsAvxVnni = 8;
 // Software prefetch of both tile sets: each step touches the same place of the blocks
 // kTilesAhead tiles on (the next tiles' blocks follow these in memory), so a thread's weight
