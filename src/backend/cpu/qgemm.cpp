@@ -204,7 +204,7 @@ void qgemm(const QGemmArgs& a, ThreadPool& pool, QGemmIsa isa) {
     const int64_t b_end = std::min(l.nblocks, u1 * 4);
     for (int64_t m0 = 0; m0 < m; m0 += mc) {
       const int64_t m1 = std::min(m, m0 + mc);
-      const int want = wide_ymm ? 1 : m1 - m0 == 1 || (vnni && !wide) ? 4 : 2;
+      const int want = m1 - m0 == 1 || (vnni && !wide) ? 4 : wide_ymm ? 1 : 2;
       for (int64_t b = u0 * 4; b < b_end;) {
         const int blocks = int(std::min<int64_t>(want, b_end - b));
         for (int64_t r = m0; r < m1;) {

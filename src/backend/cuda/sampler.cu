@@ -160,10 +160,11 @@ __global__ void __launch_bounds__(kSampleThreads)
   const float m = best.v;
   const uint64_t seed = uint64_t(seeds[b]);
   const int64_t offset = offsets[b];
-  auto d_of = [&](int64_t i) {
-    const float d = scaled_logit(clean_logit(x[i]), m, temperature);
+  auto d_of_logit = [&](float y) {
+    const float d = scaled_logit(clean_logit(y), m, temperature);
     return d == 0.0f ? 0.0f : d;  // -0 (y = -0, m = +0) ties with +0, as in the CPU's compares
   };
+  auto d_of = [&](int64_t i) { return d_of_logit(x[i]); };
   const int32_t top_k = top_ks[b];
   const float top_p = top_ps[b];
   const bool use_top_k = top_k > 0 && top_k < vocab;
@@ -181,8 +182,7 @@ __global__ void __launch_bounds__(kSampleThreads)
     const float race_floor = race_score(0.0f, sample_uniform(seed, offset, best.i)) - kMaxRaceNoise;
     Best race{-INFINITY, kNoIndex};
     for_each_logit(x, vocab, [&](int64_t i, float v) {
-      float d = scaled_logit(clean_logit(v), m, temperature);
-      d = d == 0.0f ? 0.0f : d;
+      const float d = d_of_logit(v);
       if (d >= race_floor)
         race = better(race, {race_score(d, sample_uniform(seed, offset, i)), int32_t(i)});
     });
