@@ -9,7 +9,8 @@
 //            caches of several layers are cycled (>= 512 MiB in all) so the KV rows come from
 //            memory, as in a real step over 28 layers.
 //
-//   bench_attention [--threads N]      (NANOVLLM_ATTENTION_ISA=avx2 forces the AVX2 kernels)
+//   bench_attention [--threads N] [--decode]   (--decode: the decode cases only;
+//                                               NANOVLLM_CPU_ISA=avx2 forces the AVX2 kernels)
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -130,21 +131,23 @@ Timing time_ms(F&& f, int min_reps, double min_s) {
 
 int main(int argc, char** argv) {
   int threads = 2;
+  bool decode_only = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--threads" && i + 1 < argc) {
       threads = std::atoi(argv[++i]);
+    } else if (a == "--decode") {
+      decode_only = true;
     } else {
-      std::fprintf(stderr, "usage: bench_attention [--threads N]\n");
+      std::fprintf(stderr, "usage: bench_attention [--threads N] [--decode]\n");
       return 2;
     }
   }
   CpuBackend be(threads);
   const double bw = measure_read_bandwidth_gbs(be.pool());
   const double peak = measure_bf16_peak_gflops(be.pool(), GemmIsa::AVX2);  // f32 FMA peak
-  const char* isa_env = std::getenv("NANOVLLM_ATTENTION_ISA");
-  std::printf("%s, attention isa override: %s\n", be.describe().c_str(),
-              isa_env ? isa_env : "(none)");
+  const char* isa_env = std::getenv("NANOVLLM_CPU_ISA");
+  std::printf("%s, NANOVLLM_CPU_ISA: %s\n", be.describe().c_str(), isa_env ? isa_env : "(none)");
   std::printf("measured: read bandwidth %.1f GB/s, f32 FMA peak %.0f GFLOP/s\n\n", bw, peak);
   std::mt19937 rng(0);
   const float scale = 1.0f / std::sqrt(float(kD));
@@ -152,6 +155,7 @@ int main(int argc, char** argv) {
 
   // ---- prefill: one prompt of 512, 4096, 16384 tokens ----
   for (int64_t t : {512, 4096, 16384}) {
+    if (decode_only) break;
     Cache cache((t + kBlock - 1) / kBlock, rng);
     HostBatch hb = make_batch(1, t, t, true);
     ForwardBatch fb;
