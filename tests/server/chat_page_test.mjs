@@ -85,8 +85,17 @@ async function realServer(page) {
   check(first.content.length > 0, `tokens stream in (${first.tokens} so far)`);
   check(await page.isEnabled("#stop") && !(await page.isEnabled("#send")), "Stop enabled and Send disabled while streaming");
   check(await runningRequests() === 1, "/metrics shows the page's request running");
-  await page.waitForFunction(([sel, n]) => Number(document.querySelector(sel).dataset.tokens) > n,
-                             [lastReply, first.tokens], { timeout: 10000 });
+  // The reply outgrows the conversation's box (or 200 more tokens arrive): Stop must not have
+  // moved, or a user (and Playwright's click) chases it down the page.
+  const stopAt = await page.locator("#stop").boundingBox();
+  await page.waitForFunction(([sel, n]) => {
+    const log = document.querySelector("#log");
+    return Number(document.querySelector(sel).dataset.tokens) > n &&
+           (log.scrollHeight > log.clientHeight || Number(document.querySelector(sel).dataset.tokens) > n + 200);
+  }, [lastReply, first.tokens], { timeout: 10000 });
+  const stopNow = await page.locator("#stop").boundingBox();
+  check(JSON.stringify(stopAt) === JSON.stringify(stopNow),
+        `Stop stays in place while the reply streams in (${JSON.stringify(stopAt)} then ${JSON.stringify(stopNow)})`);
   await page.screenshot({ path: path.join(artifacts, "chat_page_streaming.png"), fullPage: true });
 
   await page.click("#stop");
