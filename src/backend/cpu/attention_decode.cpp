@@ -1,22 +1,20 @@
-// CpuBackend::attention_decode over the paged bf16 or fp8 KV cache: flash-decoding. An fp8
-// cache's chunk of token rows is converted to bf16 (exactly) into a per-thread stage as it is
-// reached, and the bf16 kernels below run on it unchanged (attention_common.h: scales).
+// CpuBackend::attention_decode over the paged bf16 or fp8 KV cache: flash-decoding. Both
+// read the cache in place; an fp8 code is widened in registers (load8, load_pairs: exact, with
+// its 2^-8 folded into the scales; attention_common.h: the cache's own scales).
 //
 // One work item = (sequence, partition of its context), all kv heads: the keys of a partition
 // are walked in chunks of kDecodeChunk token rows, each row holding every kv head contiguously
-// ([Hkv, D] bf16). The AVX-512 path reads whole rows in address order, the one order its
-// hardware prefetcher streamed at full rate on Zen 4 (software prefetch measured slower). The
-// AVX2 path reads a bf16 cache kv head by kv head in place, the next chunk's rows prefetched into
-// L2 under the current one (on Zen 3 this beat copying each chunk's rows in address order into
-// a stage); an fp8 cache's rows are converted into the stage first. Each
-// query head keeps an online softmax state; a sequence whose context is longer than
-// kPartitionKeys is split into partitions (so that long contexts use every thread) that write
-// partial states merged in partition order afterwards. GQA groups above 8 go to the prefill kernel instead.
+// ([Hkv, D]). The AVX-512 path reads whole rows in address order, the one order its hardware
+// prefetcher streamed at full rate on Zen 4. The AVX2 path reads kv head by kv head (on Zen 3
+// this beat copying each chunk's rows in address order into a stage). Both prefetch the next
+// chunk's rows into L2 under the current one. Each query head keeps an online softmax state; a
+// sequence whose context is longer than kPartitionKeys is split into partitions (so that long
+// contexts use every thread) that write partial states merged in partition order afterwards.
+// GQA groups above 8 go to the prefill kernel instead.
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
-#include <optional>
 #include <vector>
 
 #include "backend/cpu/attention_common.h"
@@ -25,7 +23,7 @@
 #include "backend/cpu/vec_avx512.h"
 #include "runtime/fp8.h"
 
-#pragma GCC target("avx2,fma")
+#pragma GCC target("avx2,fma,f16c")
 
 namespace nanovllm::cpu {
 
@@ -37,6 +35,22 @@ constexpr int64_t kDecodeChunk = 16;        // token rows per step
 // Keys per partition: a sequence's context is split at multiples of this, whatever the batch
 // (batch invariance: a sequence's output never depends on the other sequences of the step).
 constexpr int64_t kPartitionKeys = 512;
+
+// Both paths read the cache in place, bf16 (T = uint16_t) or fp8 E4M3 codes (T = uint8_t). An
+// fp8 code is read as code * 2^-8: its byte sign-extended to 16 bits and shifted left by 7 is,
+// with bit 14 cleared, the fp16 of that value, subnormals included (exact), which vcvtph2ps
+// widens to f32. The factor 2^-8 is undone exactly (a power of two): in the score scale (or q)
+// and at the output, so every result is the one of the codes' values rounded as for bf16.
+// 0x7F / 0xFF (E4M3's NaN, which the cache's rounding never writes) read as +-480.
+template <class T>
+constexpr float kLoadScale = sizeof(T) == 1 ? 256.0f : 1.0f;  // cache value / loaded value
+
+// 8 cache elements as f32 (times 1 / kLoadScale<T>).
+inline __m256 load8(const uint16_t* p) { return vec::load_bf16(p); }
+inline __m256 load8(const uint8_t* p) {
+  const __m128i c = _mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+  return _mm256_cvtph_ps(_mm_and_si128(_mm_slli_epi16(c, 7), _mm_set1_epi16(int16_t(0xBFFF))));
+}
 
 // exp(s[j] - m) into s[j] for j < n (s has room for n rounded up to 8); returns their sum.
 inline float exp_shift_sum(float* s, int64_t n, float m) {
@@ -54,17 +68,17 @@ inline float exp_shift_sum(float* s, int64_t n, float m) {
 // The next chunk's K and V rows, prefetched into L2 a line of each at a time (next()), spread
 // through the current chunk's work: one burst per kv head stalled on the CPU's miss buffers.
 struct ChunkPrefetch {
-  const uint16_t* k = nullptr;
-  const uint16_t* v = nullptr;
+  const char* k = nullptr;
+  const char* v = nullptr;
+  int64_t elem = 2;               // bytes per cache element
   const int64_t* rows = nullptr;  // token_row() offsets of the next chunk
   int64_t row_lines = 1;
   int64_t done = 0, end = 0;      // lines issued, lines to issue by the end of this kv head
   void next() {
     if (done >= end) return;
-    const int64_t off =
-        rows[done / row_lines] * int64_t(sizeof(uint16_t)) + (done % row_lines) * 64;
-    _mm_prefetch(reinterpret_cast<const char*>(k) + off, _MM_HINT_T1);
-    _mm_prefetch(reinterpret_cast<const char*>(v) + off, _MM_HINT_T1);
+    const int64_t off = rows[done / row_lines] * elem + (done % row_lines) * 64;
+    _mm_prefetch(k + off, _MM_HINT_T1);
+    _mm_prefetch(v + off, _MM_HINT_T1);
     ++done;
   }
   void finish() {
@@ -73,17 +87,19 @@ struct ChunkPrefetch {
 };
 
 // One kv head over n (<= kDecodeChunk) keys for its R query rows (one token): the key and value
-// rows are read straight from the bf16 cache, each once for all R rows, with several keys in
-// flight to hide the FMA latency. m, l: [R]; acc: [R][D] (the running softmax states).
-template <int R>
-inline void decode_head_chunk(const AttnArgs& a, const float* const* q, const uint16_t* const* krow,
-                              const uint16_t* const* vrow, int64_t n, float* m, float* l,
-                              float* acc, ChunkPrefetch& pf) {
+// rows are read straight from the cache, each once for all R rows, with several keys in flight
+// to hide the FMA latency. m, l: [R]; acc: [R][D] (the running softmax states, acc divided by
+// kLoadScale<T>).
+template <int R, class T>
+inline void decode_head_chunk(const AttnArgs& a, const float* const* q, const T* const* krow,
+                              const T* const* vrow, int64_t n, float* m, float* l, float* acc,
+                              ChunkPrefetch& pf) {
   constexpr int kKeys = R <= 2 ? 4 : R <= 4 ? 2 : 1;   // keys per score step
   constexpr int kWidth = R <= 2 ? 4 : R <= 4 ? 2 : 1;  // 8-float vectors per P.V step
   const int64_t d = a.head_dim;
   alignas(32) float s[R][kDecodeChunk];
   float corr[R];
+  const float scale = a.scale * kLoadScale<T>;  // (q . k / 2^8) * (scale * 2^8): one rounding
   // s[r][j] = scale * q_r . k_j
   int64_t j = 0;
   for (; j + kKeys <= n; j += kKeys) {
@@ -95,8 +111,8 @@ inline void decode_head_chunk(const AttnArgs& a, const float* const* q, const ui
     for (int64_t i = 0; i < d; i += 8)
       #pragma GCC unroll 16
       for (int u = 0; u < kKeys; ++u) {
-        const __m256 kv = vec::load_bf16(krow[j + u] + i);
-        #pragma GCC unroll 16
+        const __m256 kv = load8(krow[j + u] + i);
+#pragma GCC unroll 16
         for (int r = 0; r < R; ++r)
           dot[u][r] = _mm256_fmadd_ps(_mm256_loadu_ps(q[r] + i), kv, dot[u][r]);
       }
@@ -106,10 +122,10 @@ inline void decode_head_chunk(const AttnArgs& a, const float* const* q, const ui
         const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(dot[0][r], dot[1][r]),
                                         _mm256_hadd_ps(dot[2][r], dot[3][r]));
         const __m128 sum = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-        _mm_storeu_ps(&s[r][j], _mm_mul_ps(sum, _mm_set1_ps(a.scale)));
+        _mm_storeu_ps(&s[r][j], _mm_mul_ps(sum, _mm_set1_ps(scale)));
       } else {
         #pragma GCC unroll 16
-        for (int u = 0; u < kKeys; ++u) s[r][j + u] = vec::hsum(dot[u][r]) * a.scale;
+        for (int u = 0; u < kKeys; ++u) s[r][j + u] = vec::hsum(dot[u][r]) * scale;
       }
     }
   }
@@ -118,12 +134,12 @@ inline void decode_head_chunk(const AttnArgs& a, const float* const* q, const ui
     #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) dot[r] = _mm256_setzero_ps();
     for (int64_t i = 0; i < d; i += 8) {
-      const __m256 kv = vec::load_bf16(krow[j] + i);
-      #pragma GCC unroll 16
+      const __m256 kv = load8(krow[j] + i);
+#pragma GCC unroll 16
       for (int r = 0; r < R; ++r) dot[r] = _mm256_fmadd_ps(_mm256_loadu_ps(q[r] + i), kv, dot[r]);
     }
     #pragma GCC unroll 16
-    for (int r = 0; r < R; ++r) s[r][j] = vec::hsum(dot[r]) * a.scale;
+    for (int r = 0; r < R; ++r) s[r][j] = vec::hsum(dot[r]) * scale;
   }
   // online softmax: s[r] becomes the chunk's unnormalized probabilities
   #pragma GCC unroll 16
@@ -147,8 +163,8 @@ inline void decode_head_chunk(const AttnArgs& a, const float* const* q, const ui
       pf.next();
       __m256 vv[W];
       #pragma GCC unroll 16
-      for (int w = 0; w < W; ++w) vv[w] = vec::load_bf16(vrow[u] + i + 8 * w);
-      #pragma GCC unroll 16
+      for (int w = 0; w < W; ++w) vv[w] = load8(vrow[u] + i + 8 * w);
+#pragma GCC unroll 16
       for (int r = 0; r < R; ++r) {
         const __m256 p = _mm256_broadcast_ss(&s[r][u]);
         #pragma GCC unroll 16
@@ -165,17 +181,9 @@ inline void decode_head_chunk(const AttnArgs& a, const float* const* q, const ui
   for (; i < d; i += 8) pv_block.template operator()<1>(i);
 }
 
-// Per-thread buffers: f = softmax states (and the partial copied out); stage = a chunk's K rows
-// then V rows as bf16, [2][kDecodeChunk][Hkv * D], for fp8 caches only (both paths read a bf16
-// cache in place).
+// Per-thread buffers: the softmax states (and the partial copied out).
 struct DecodeScratch {
   std::vector<float> f;
-  std::vector<uint16_t> stage;
-  uint16_t* stage_for(const AttnArgs& a) {
-    if (a.k_fp8 == nullptr) return nullptr;
-    stage.resize(size_t(2 * kDecodeChunk * a.num_kv_heads * a.head_dim));
-    return stage.data();
-  }
 };
 
 struct DecodeItem {
@@ -189,31 +197,28 @@ struct DecodeItem {
 };
 
 // Softmax states of the query heads of kv heads [h0, h1) of item.seq over keys [k0, k1).
-// m, l: [Hq]; acc: [Hq][D] (the item's heads written).
-template <int G>
+// m, l: [Hq]; acc: [Hq][D] (the item's heads written, divided by kLoadScale<T>).
+template <int G, class T>
 void decode_partition(const AttnArgs& a, const DecodeItem& it, int64_t h0, int64_t h1, float* m,
-                      float* l, float* acc, uint16_t* stage) {
-  const int64_t d = a.head_dim, hkv = a.num_kv_heads;
+                      float* l, float* acc, const T* k_cache, const T* v_cache) {
+  const int64_t d = a.head_dim;
   const int32_t* table = a.block_tables + it.seq * a.max_num_blocks;
   for (int64_t h = h0 * G; h < h1 * G; ++h) {
     m[h] = kNegInf;
     l[h] = 0.0f;
   }
   std::fill(acc + h0 * G * d, acc + h1 * G * d, 0.0f);
-  const int64_t row = hkv * d;            // one key's token row [Hkv, D]
-  const uint16_t* vstage = stage ? stage + kDecodeChunk * row : nullptr;
-  const uint16_t* krow[kDecodeChunk];
-  const uint16_t* vrow[kDecodeChunk];
+  const T* krow[kDecodeChunk];
+  const T* vrow[kDecodeChunk];
   int64_t rows[kDecodeChunk], next_rows[kDecodeChunk];
   const float* q[G];
-  // A bf16 cache is read in place, and its next chunk's rows (K and V) are prefetched into L2
+  // The cache is read in place, and the next chunk's rows (K and V) are prefetched into L2
   // during this chunk's P.V loops (ChunkPrefetch), so that the per-head reads (D elements at a
-  // stride of one row) find them there: 1.7x the copy of each chunk into the stage that this
+  // stride of one row) find them there: 1.7x the copy of each chunk into a stage that this
   // replaced (bench_attention, 16 sequences x 1,024 keys, Zen 3, 2 threads: 4.3 -> 2.55 ms per
-  // layer; without the prefetch 4.1). An fp8 cache's rows are converted into the stage first.
-  const bool in_place = a.k_fp8 == nullptr;
+  // layer; without the prefetch 4.1).
   // Lines of the item's heads within a row (the slice prefetched).
-  const int64_t row_lines = ((h1 - h0) * d * int64_t(sizeof(uint16_t)) + 63) / 64;
+  const int64_t row_lines = ((h1 - h0) * d * int64_t(sizeof(T)) + 63) / 64;
   for (int64_t j = 0; j < std::min(kDecodeChunk, it.k1 - it.k0); ++j)
     next_rows[j] = token_row(a, table, it.k0 + j);
   for (int64_t c0 = it.k0; c0 < it.k1; c0 += kDecodeChunk) {
@@ -222,24 +227,22 @@ void decode_partition(const AttnArgs& a, const DecodeItem& it, int64_t h0, int64
     const int64_t nn = std::max<int64_t>(0, std::min(kDecodeChunk, it.k1 - c1));
     std::copy(next_rows, next_rows + n, rows);
     for (int64_t j = 0; j < nn; ++j) next_rows[j] = token_row(a, table, c1 + j);
-    if (!in_place)
-      for (int64_t j = 0; j < n; ++j)
-        stage_kv_row(a, rows[j], stage + j * row, stage + (kDecodeChunk + j) * row);
     ChunkPrefetch pf;
-    pf.k = in_place ? a.k_cache + h0 * d : nullptr;
-    pf.v = in_place ? a.v_cache + h0 * d : nullptr;
+    pf.k = reinterpret_cast<const char*>(k_cache + h0 * d);
+    pf.v = reinterpret_cast<const char*>(v_cache + h0 * d);
+    pf.elem = int64_t(sizeof(T));
     pf.rows = next_rows;
     pf.row_lines = row_lines;
-    const int64_t pf_total = in_place ? nn * row_lines : 0;  // lines of each of K and V
+    const int64_t pf_total = nn * row_lines;  // lines of each of K and V
     for (int64_t h = h0; h < h1; ++h) {
       pf.end = pf_total * (h - h0 + 1) / (h1 - h0);
       for (int64_t j = 0; j < n; ++j) {
-        krow[j] = in_place ? a.k_cache + rows[j] + h * d : stage + j * row + h * d;
-        vrow[j] = in_place ? a.v_cache + rows[j] + h * d : vstage + j * row + h * d;
+        krow[j] = k_cache + rows[j] + h * d;
+        vrow[j] = v_cache + rows[j] + h * d;
       }
       #pragma GCC unroll 16
       for (int r = 0; r < G; ++r) q[r] = a.q + it.seq * a.q_stride + (h * G + r) * a.q_head_stride;
-      decode_head_chunk<G>(a, q, krow, vrow, n, m + h * G, l + h * G, acc + h * G * d, pf);
+      decode_head_chunk<G, T>(a, q, krow, vrow, n, m + h * G, l + h * G, acc + h * G * d, pf);
       pf.finish();
     }
   }
@@ -254,16 +257,22 @@ void run_decode_item(const AttnArgs& a, const DecodeItem& it, DecodeScratch& sc)
   float* m = scratch.data();
   float* l = m + hq;
   float* acc = l + hq;
-  decode_partition<G>(a, it, h0, h1, m, l, acc, sc.stage_for(a));
+  const bool fp8 = a.k_fp8 != nullptr;
+  if (fp8)
+    decode_partition<G>(a, it, h0, h1, m, l, acc, a.k_fp8, a.v_fp8);
+  else
+    decode_partition<G>(a, it, h0, h1, m, l, acc, a.k_cache, a.v_cache);
+  const float acc_scale = fp8 ? kLoadScale<uint8_t> : kLoadScale<uint16_t>;
   if (it.partial) {  // this item's heads of the partial state [m: Hq][l: Hq][acc: Hq][D]
     std::copy(m + h0 * G, m + h1 * G, it.partial + h0 * G);
     std::copy(l + h0 * G, l + h1 * G, it.partial + hq + h0 * G);
-    std::copy(acc + h0 * G * d, acc + h1 * G * d, it.partial + 2 * hq + h0 * G * d);
+    for (int64_t e = h0 * G * d; e < h1 * G * d; ++e) it.partial[2 * hq + e] = acc[e] * acc_scale;
     return;
   }
   for (int64_t h = h0 * G; h < h1 * G; ++h) {
     float* o = a.out + (it.seq * hq + h) * d;
-    const float inv = a.out_scale / l[h];
+    // (out_scale * 2^8) / l is out_scale / l times 2^8 exactly: one rounding, as for bf16.
+    const float inv = a.out_scale * acc_scale / l[h];
     for (int64_t e = 0; e < d; ++e) o[e] = acc[h * d + e] * inv;
   }
 }
@@ -317,37 +326,39 @@ inline void unpermute_head(float* dst, const float* src, int64_t d) {
     }
 }
 
-// fp8 -> bf16 with AVX-512 permutes: the bf16 bits of the 128 E4M3 magnitudes (exact; 0x7F is
-// NaN) in four registers of 32, looked up by two 64-entry vpermi2w and a blend on bit 6, then
-// the sign moved from bit 7 to bit 15. 32 codes per step, no float arithmetic.
-struct Fp8Bf16Table {
-  __m512i t[4];  // magnitudes [32 i, 32 i + 32)
-  Fp8Bf16Table() {
-    alignas(64) uint16_t bits[128];
-    for (int i = 0; i < 128; ++i) bits[i] = f32_to_bf16(fp8_e4m3_to_float(uint8_t(i)));
-    for (int i = 0; i < 4; ++i) t[i] = _mm512_load_si512(bits + 32 * i);
-  }
-};
-
-inline void fp8_row_to_bf16_512(uint16_t* dst, const uint8_t* src, int64_t n,
-                                const Fp8Bf16Table& tb) {  // n % 32 == 0
-  for (int64_t i = 0; i < n; i += 32) {
-    const __m512i c =
-        _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i)));
-    const __m512i mag = _mm512_and_si512(c, _mm512_set1_epi16(0x7f));
-    const __m512i lo = _mm512_permutex2var_epi16(tb.t[0], mag, tb.t[1]);
-    const __m512i hi = _mm512_permutex2var_epi16(tb.t[2], mag, tb.t[3]);
-    const __m512i v = _mm512_mask_blend_epi16(
-        _mm512_test_epi16_mask(mag, _mm512_set1_epi16(0x40)), lo, hi);
-    const __m512i sign = _mm512_slli_epi16(_mm512_and_si512(c, _mm512_set1_epi16(0x80)), 8);
-    _mm512_storeu_si512(dst + i, _mm512_or_si512(v, sign));
-  }
-}
-
-inline void load_bf16_pairs(const uint16_t* p, __m512& even, __m512& odd) {
+// 32 cache elements as 2 x 16 f32 (times 1 / kLoadScale<T>). bf16: the even elements, then the
+// odd ones (the permuted layout). fp8: elements 0-15, then 16-31 (the natural layout), each
+// code converted as load8 does; kLoadScale is folded into q for the scores.
+inline void load_pairs(const uint16_t* p, __m512& even, __m512& odd) {
   const __m512i x = _mm512_loadu_si512(p);
   even = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
   odd = _mm512_castsi512_ps(_mm512_and_si512(x, _mm512_set1_epi32(int(0xffff0000u))));
+}
+
+inline void load_pairs(const uint8_t* p, __m512& lo, __m512& hi) {
+  const __m512i c = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  const __m512i h = _mm512_and_si512(_mm512_slli_epi16(c, 7), _mm512_set1_epi16(int16_t(0xBFFF)));
+  lo = _mm512_cvtph_ps(_mm512_castsi512_si256(h));
+  hi = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1));
+}
+
+// A head of q ([D] f32) into the layout load_pairs gives for T, times kLoadScale<T> (exact).
+template <class T>
+inline void layout_head(float* dst, const float* src, int64_t d) {
+  if constexpr (sizeof(T) == 2) {
+    permute_head(dst, src, d);
+  } else {
+    for (int64_t e = 0; e < d; ++e) dst[e] = src[e] * kLoadScale<T>;
+  }
+}
+
+// The inverse of layout_head's order (not of its scale).
+template <class T>
+inline void unlayout_head(float* dst, const float* src, int64_t d) {
+  if constexpr (sizeof(T) == 2)
+    unpermute_head(dst, src, d);
+  else
+    std::copy(src, src + d, dst);
 }
 
 // Per 128-bit lane l: (sum of a's lane l, b's, c's, d's).
@@ -370,9 +381,9 @@ inline __m512 reduce16(__m512 u0, __m512 u1, __m512 u2, __m512 u3) {
 }
 
 // Scores of one key for the 16 query heads (lanes) of a block: lane x = q_x . k_{x / G}.
-// qp: [16][D] permuted, 64-byte aligned; kp: the key's row of the block's first kv head.
-template <int G, int D>
-inline __m512 score_key(const float* qp, const uint16_t* kp) {
+// qp: [16][D] in T's layout, 64-byte aligned; kp: the key's row of the block's first kv head.
+template <int G, int D, class T>
+inline __m512 score_key(const float* qp, const T* kp) {
   __m512 dot[16];
   #pragma GCC unroll 16
   for (int x = 0; x < 16; ++x) dot[x] = _mm512_setzero_ps();
@@ -381,8 +392,8 @@ inline __m512 score_key(const float* qp, const uint16_t* kp) {
     #pragma GCC unroll 16
     for (int i = 0; i < D; i += 32) {
       __m512 ke, ko;
-      load_bf16_pairs(kp + g * D + i, ke, ko);
-      #pragma GCC unroll 16
+      load_pairs(kp + g * D + i, ke, ko);
+#pragma GCC unroll 16
       for (int r = 0; r < G; ++r) {
         const int x = g * G + r;
         dot[x] = _mm512_fmadd_ps(_mm512_load_ps(qp + x * D + i), ke, dot[x]);
@@ -394,53 +405,21 @@ inline __m512 score_key(const float* qp, const uint16_t* kp) {
                   reduce4(dot[12], dot[13], dot[14], dot[15]));
 }
 
-// acc_r = acc_r * corr_r + sum_j p[16 j + r] v_j for the G query heads of one kv head, kept in
-// registers over the chunk's n keys; v[j]: key j's row of that kv head. acc: [G][D] permuted.
-template <int G, int D>
-inline void pv_head(float* acc, const float* corr, const float* p, const uint16_t* const* v,
-                    int64_t n) {
-  constexpr int W = G <= 2 ? (D / 16 < 8 ? D / 16 : 8) : G == 4 ? 4 : 2;  // vectors per pass
-  #pragma GCC unroll 1
-  for (int i = 0; i < D; i += 16 * W) {
-    __m512 o[G][W];
-    #pragma GCC unroll 16
-    for (int r = 0; r < G; ++r)
-      #pragma GCC unroll 16
-      for (int w = 0; w < W; ++w)
-        o[r][w] = _mm512_mul_ps(_mm512_load_ps(acc + r * D + i + 16 * w), _mm512_set1_ps(corr[r]));
-    for (int64_t j = 0; j < n; ++j) {
-      __m512 vv[W];
-      #pragma GCC unroll 16
-      for (int w = 0; w < W; w += 2) load_bf16_pairs(v[j] + i + 16 * w, vv[w], vv[w + 1]);
-      #pragma GCC unroll 16
-      for (int r = 0; r < G; ++r) {
-        const __m512 pr = _mm512_set1_ps(p[16 * j + r]);
-        #pragma GCC unroll 16
-        for (int w = 0; w < W; ++w) o[r][w] = _mm512_fmadd_ps(pr, vv[w], o[r][w]);
-      }
-    }
-    #pragma GCC unroll 16
-    for (int r = 0; r < G; ++r)
-      #pragma GCC unroll 16
-      for (int w = 0; w < W; ++w) _mm512_store_ps(acc + r * D + i + 16 * w, o[r][w]);
-  }
-}
-
-// The n bf16 elements from p into L2 (the next chunk's token rows, under the current chunk's work).
-inline void prefetch_row_l2(const uint16_t* p, int64_t n) {
+// The n elements from p into L2 (the next chunk's token rows, under the current chunk's work).
+template <class T>
+inline void prefetch_row_l2(const T* p, int64_t n) {
   const char* c = reinterpret_cast<const char*>(p);
-  for (int64_t b = 0; b < n * int64_t(sizeof(uint16_t)); b += 64) _mm_prefetch(c + b, _MM_HINT_T1);
+  for (int64_t b = 0; b < n * int64_t(sizeof(T)); b += 64) _mm_prefetch(c + b, _MM_HINT_T1);
 }
 
 // acc_x = acc_x * corr_x + sum_j p_j[x] v_j[x / G] for every query head x (hq of them), the value
 // rows read whole and in address order (key by key, every kv head of a row in turn): the order
-// the hardware prefetcher streams at full rate. The accumulators ([hq][D] permuted, 8 KiB for
-// Qwen3) stay in L1 and are loaded and stored per key. Each element sees pv_head's operations in
-// pv_head's order, so both give the same bits. p: [hq / 16][kDecodeChunk][16]. vnext: the next
-// chunk's nn value rows, prefetched into L2 one per key.
-template <int G, int D>
-inline void pv_rows(float* acc, const float* corr, const float* p, const uint16_t* const* v,
-                    int64_t n, int64_t hkv, const uint16_t* const* vnext, int64_t nn) {
+// the hardware prefetcher streams at full rate. The accumulators ([hq][D] in T's layout, 8 KiB
+// for Qwen3) stay in L1 and are loaded and stored per key. p: [hq / 16][kDecodeChunk][16].
+// vnext: the next chunk's nn value rows, prefetched into L2 one per key.
+template <int G, int D, class T>
+inline void pv_rows(float* acc, const float* corr, const float* p, const T* const* v, int64_t n,
+                    int64_t hkv, const T* const* vnext, int64_t nn) {
   const int64_t hq = hkv * G;
   for (int64_t x = 0; x < hq; ++x) {
     const __m512 c = _mm512_set1_ps(corr[x]);
@@ -453,8 +432,8 @@ inline void pv_rows(float* acc, const float* corr, const float* p, const uint16_
     for (int64_t h = 0; h < hkv; ++h) {
       __m512 vv[D / 16];
       #pragma GCC unroll 16
-      for (int w = 0; w < D / 16; w += 2) load_bf16_pairs(v[j] + h * D + 16 * w, vv[w], vv[w + 1]);
-      #pragma GCC unroll 16
+      for (int w = 0; w < D / 16; w += 2) load_pairs(v[j] + h * D + 16 * w, vv[w], vv[w + 1]);
+#pragma GCC unroll 16
       for (int r = 0; r < G; ++r) {
         const int64_t x = h * G + r;
         const __m512 pr = _mm512_set1_ps(p[((x / 16) * kDecodeChunk + j) * 16 + x % 16]);
@@ -468,21 +447,21 @@ inline void pv_rows(float* acc, const float* corr, const float* p, const uint16_
 }
 
 // Softmax states of every query head of item.seq over keys [k0, k1) (hq = Hkv * G, a multiple
-// of 16): m, l: [hq]; acc, qp: [hq][D] in the permuted layout, 64-byte aligned (qp filled here).
+// of 16): m, l: [hq]; acc, qp: [hq][D] in T's layout (load_pairs), 64-byte aligned (qp filled
+// here; acc comes out divided by kLoadScale<T>). T: uint16_t for a bf16 cache, uint8_t for fp8.
 // Per chunk of keys: scores key by key, each key's K row read in address order for all query
-// heads; a vectorized online softmax over the lanes; then P.V over the chunk's V rows in address
-// order (a bf16 cache, from memory), or kv head by kv head with the accumulators of its G query
-// heads in registers (an fp8 cache's rows, converted into the stage: already in L1).
-template <int G, int D>
+// heads; a vectorized online softmax over the lanes; then P.V over the chunk's V rows, in
+// address order too. The next chunk's rows are prefetched into L2 under the current one.
+template <int G, int D, class T>
 void decode_partition512(const AttnArgs& a, const DecodeItem& it, float* m, float* l, float* acc,
-                         float* qp, uint16_t* stage) {
+                         float* qp) {
   constexpr int64_t d = D;
   const int64_t hkv = a.num_kv_heads, hq = hkv * G, blocks = hq / 16;
   const int32_t* table = a.block_tables + it.seq * a.max_num_blocks;
   for (int64_t h = 0; h < hq; ++h) {
     m[h] = kNegInf;
     l[h] = 0.0f;
-    permute_head(qp + h * d, a.q + it.seq * a.q_stride + h * a.q_head_stride, d);
+    layout_head<T>(qp + h * d, a.q + it.seq * a.q_stride + h * a.q_head_stride, d);
   }
   std::fill(acc, acc + hq * d, 0.0f);
   const __m512 vscale = _mm512_set1_ps(a.scale);
@@ -497,37 +476,33 @@ void decode_partition512(const AttnArgs& a, const DecodeItem& it, float* m, floa
     sall = heap.data() + (16 - (reinterpret_cast<uintptr_t>(heap.data()) / 4) % 16) % 16;
     corr = sall + blocks * kDecodeChunk * 16;
   }
-  const uint16_t* kbase[kDecodeChunk];  // each key's token row [Hkv, D], bf16
-  const uint16_t* vbase[kDecodeChunk];
-  const uint16_t* vrow[kDecodeChunk];
-  const uint16_t* knext[kDecodeChunk];
-  const uint16_t* vnext[kDecodeChunk];
-  std::optional<Fp8Bf16Table> fp8_table;
-  if (a.k_fp8) fp8_table.emplace();
+  const T* k_cache;
+  const T* v_cache;
+  if constexpr (sizeof(T) == 1) {
+    k_cache = a.k_fp8;
+    v_cache = a.v_fp8;
+  } else {
+    k_cache = a.k_cache;
+    v_cache = a.v_cache;
+  }
+  const T* kbase[kDecodeChunk];  // each key's token row [Hkv, D]
+  const T* vbase[kDecodeChunk];
+  const T* knext[kDecodeChunk];
+  const T* vnext[kDecodeChunk];
   for (int64_t c0 = it.k0; c0 < it.k1; c0 += kDecodeChunk) {
     const int64_t n = std::min(kDecodeChunk, it.k1 - c0);
     for (int64_t j = 0; j < n; ++j) {
       const int64_t row = token_row(a, table, c0 + j);
-      if (a.k_fp8) {  // this chunk's fp8 rows, as bf16 (exact), into the stage
-        uint16_t* sk = stage + j * hkv * d;
-        uint16_t* sv = stage + (kDecodeChunk + j) * hkv * d;
-        fp8_row_to_bf16_512(sk, a.k_fp8 + row, hkv * d, *fp8_table);
-        fp8_row_to_bf16_512(sv, a.v_fp8 + row, hkv * d, *fp8_table);
-        kbase[j] = sk;
-        vbase[j] = sv;
-      } else {
-        kbase[j] = a.k_cache + row;
-        vbase[j] = a.v_cache + row;
-      }
+      kbase[j] = k_cache + row;
+      vbase[j] = v_cache + row;
     }
-    // A bf16 cache's next chunk (nn keys), prefetched into L2 a K row per key of the scores and
-    // a V row per key of P.V.
-    const int64_t nn =
-        a.k_fp8 ? 0 : std::max<int64_t>(0, std::min(kDecodeChunk, it.k1 - c0 - kDecodeChunk));
+    // The next chunk (nn keys), prefetched into L2 a K row per key of the scores and a V row
+    // per key of P.V.
+    const int64_t nn = std::max<int64_t>(0, std::min(kDecodeChunk, it.k1 - c0 - kDecodeChunk));
     for (int64_t j = 0; j < nn; ++j) {
       const int64_t row = token_row(a, table, c0 + kDecodeChunk + j);
-      knext[j] = a.k_cache + row;
-      vnext[j] = a.v_cache + row;
+      knext[j] = k_cache + row;
+      vnext[j] = v_cache + row;
     }
     for (int64_t j = 0; j < n; ++j) {
       if (j < nn) prefetch_row_l2(knext[j], hkv * d);
@@ -554,20 +529,11 @@ void decode_partition512(const AttnArgs& a, const DecodeItem& it, float* m, floa
       _mm512_store_ps(l + b * 16, lv);
       _mm512_store_ps(corr + b * 16, c);
     }
-    if (!a.k_fp8) {  // from memory: whole rows in address order
-      pv_rows<G, D>(acc, corr, sall, vbase, n, hkv, vnext, nn);
-      continue;
-    }
-    for (int64_t h = 0; h < hkv; ++h) {  // from the stage (in L1): kv head by kv head
-      for (int64_t j = 0; j < n; ++j) vrow[j] = vbase[j] + h * d;
-      const int64_t qh = h * G;
-      pv_head<G, D>(acc + qh * d, corr + qh, sall + (qh / 16) * kDecodeChunk * 16 + qh % 16, vrow,
-                    n);
-    }
+    pv_rows<G, D>(acc, corr, sall, vbase, n, hkv, vnext, nn);
   }
 }
 
-template <int G, int D>
+template <int G, int D, class T>
 void run_decode_item512(const AttnArgs& a, const DecodeItem& it, DecodeScratch& sc) {
   std::vector<float>& scratch = sc.f;
   const int64_t d = D, hq = a.num_kv_heads * G, hp = hq;
@@ -577,29 +543,45 @@ void run_decode_item512(const AttnArgs& a, const DecodeItem& it, DecodeScratch& 
   float* acc = l + hp;  // hp is a multiple of 16: acc and qp stay 64-byte aligned
   float* qp = acc + hp * d;
   float* tmp = qp + hp * d;
-  decode_partition512<G, D>(a, it, m, l, acc, qp, sc.stage_for(a));
+  decode_partition512<G, D, T>(a, it, m, l, acc, qp);
   if (it.partial) {
     std::copy(m, m + hq, it.partial);
     std::copy(l, l + hq, it.partial + hq);
-    for (int64_t h = 0; h < hq; ++h) unpermute_head(it.partial + 2 * hq + h * d, acc + h * d, d);
+    for (int64_t h = 0; h < hq; ++h) {
+      float* o = it.partial + 2 * hq + h * d;
+      unlayout_head<T>(o, acc + h * d, d);
+      for (int64_t e = 0; e < d; ++e) o[e] *= kLoadScale<T>;  // exact
+    }
     return;
   }
   for (int64_t h = 0; h < hq; ++h) {
     float* o = a.out + (it.seq * hq + h) * d;
-    const float inv = a.out_scale / l[h];
-    unpermute_head(tmp, acc + h * d, d);
+    // (out_scale * 2^8) / l is out_scale / l times 2^8 exactly, so the output is acc's times
+    // out_scale / l rounded once, as for bf16.
+    const float inv = a.out_scale * kLoadScale<T> / l[h];
+    unlayout_head<T>(tmp, acc + h * d, d);
     for (int64_t e = 0; e < d; ++e) o[e] = tmp[e] * inv;
+  }
+}
+
+template <int D, class T>
+void run_decode_item512_t(const AttnArgs& a, const DecodeItem& it, DecodeScratch& scratch) {
+  switch (a.group) {
+    case 1:
+      return run_decode_item512<1, D, T>(a, it, scratch);
+    case 2:
+      return run_decode_item512<2, D, T>(a, it, scratch);
+    case 4:
+      return run_decode_item512<4, D, T>(a, it, scratch);
+    default:
+      return run_decode_item512<8, D, T>(a, it, scratch);
   }
 }
 
 template <int D>
 void run_decode_item512_d(const AttnArgs& a, const DecodeItem& it, DecodeScratch& scratch) {
-  switch (a.group) {
-    case 1: return run_decode_item512<1, D>(a, it, scratch);
-    case 2: return run_decode_item512<2, D>(a, it, scratch);
-    case 4: return run_decode_item512<4, D>(a, it, scratch);
-    default: return run_decode_item512<8, D>(a, it, scratch);
-  }
+  if (a.k_fp8) return run_decode_item512_t<D, uint8_t>(a, it, scratch);
+  run_decode_item512_t<D, uint16_t>(a, it, scratch);
 }
 
 #pragma GCC diagnostic pop
@@ -674,10 +656,10 @@ void CpuBackend::attention_decode(Tensor out, Tensor q, const LayerKVCache& cach
     return x.k1 - x.k0 > y.k1 - y.k0;
   });
   const bool avx512 = use_avx512(a, decode_avx512_);
-  // Fewer items than threads (one or a few sequences, short contexts): the AVX2 path on a bf16
-  // cache splits each item's kv heads over items, so every thread has work.
+  // Fewer items than threads (one or a few sequences, short contexts): the AVX2 path splits each
+  // item's kv heads over items, so every thread has work.
   const int64_t threads = pool_.size();
-  if (!avx512 && a.k_fp8 == nullptr && int64_t(items.size()) < threads && a.num_kv_heads > 1) {
+  if (!avx512 && int64_t(items.size()) < threads && a.num_kv_heads > 1) {
     const int64_t splits =
         std::min(a.num_kv_heads, (threads + int64_t(items.size()) - 1) / int64_t(items.size()));
     std::vector<DecodeItem> split;

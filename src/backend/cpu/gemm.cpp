@@ -141,8 +141,9 @@ GemmScratch::~GemmScratch() { ::operator delete(data_, std::align_val_t(64)); }
 
 GemmIsa select_gemm_isa(CpuIsa want) {
   __builtin_cpu_init();
-  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma"))
-    fail("the CPU backend needs AVX2 and FMA, which this CPU lacks");
+  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") ||
+      !__builtin_cpu_supports("f16c"))
+    fail("the CPU backend needs AVX2, FMA and F16C, which this CPU lacks");
   if (want == CpuIsa::AVX512 && !cpu_has_avx512())
     fail("NANOVLLM_CPU_ISA=avx512: this CPU lacks AVX-512 F/BW/VL/DQ (use avx2 or auto)");
   if (!avx512_allowed(want) || !cpu_has_avx512()) return GemmIsa::AVX2;
