@@ -112,7 +112,7 @@ inline void decode_head_chunk(const AttnArgs& a, const float* const* q, const T*
       #pragma GCC unroll 16
       for (int u = 0; u < kKeys; ++u) {
         const __m256 kv = load8(krow[j + u] + i);
-#pragma GCC unroll 16
+        #pragma GCC unroll 16
         for (int r = 0; r < R; ++r)
           dot[u][r] = _mm256_fmadd_ps(_mm256_loadu_ps(q[r] + i), kv, dot[u][r]);
       }
@@ -135,7 +135,7 @@ inline void decode_head_chunk(const AttnArgs& a, const float* const* q, const T*
     for (int r = 0; r < R; ++r) dot[r] = _mm256_setzero_ps();
     for (int64_t i = 0; i < d; i += 8) {
       const __m256 kv = load8(krow[j] + i);
-#pragma GCC unroll 16
+      #pragma GCC unroll 16
       for (int r = 0; r < R; ++r) dot[r] = _mm256_fmadd_ps(_mm256_loadu_ps(q[r] + i), kv, dot[r]);
     }
     #pragma GCC unroll 16
@@ -164,7 +164,7 @@ inline void decode_head_chunk(const AttnArgs& a, const float* const* q, const T*
       __m256 vv[W];
       #pragma GCC unroll 16
       for (int w = 0; w < W; ++w) vv[w] = load8(vrow[u] + i + 8 * w);
-#pragma GCC unroll 16
+      #pragma GCC unroll 16
       for (int r = 0; r < R; ++r) {
         const __m256 p = _mm256_broadcast_ss(&s[r][u]);
         #pragma GCC unroll 16
@@ -393,7 +393,7 @@ inline __m512 score_key(const float* qp, const T* kp) {
     for (int i = 0; i < D; i += 32) {
       __m512 ke, ko;
       load_pairs(kp + g * D + i, ke, ko);
-#pragma GCC unroll 16
+      #pragma GCC unroll 16
       for (int r = 0; r < G; ++r) {
         const int x = g * G + r;
         dot[x] = _mm512_fmadd_ps(_mm512_load_ps(qp + x * D + i), ke, dot[x]);
@@ -433,7 +433,7 @@ inline void pv_rows(float* acc, const float* corr, const float* p, const T* cons
       __m512 vv[D / 16];
       #pragma GCC unroll 16
       for (int w = 0; w < D / 16; w += 2) load_pairs(v[j] + h * D + 16 * w, vv[w], vv[w + 1]);
-#pragma GCC unroll 16
+      #pragma GCC unroll 16
       for (int r = 0; r < G; ++r) {
         const int64_t x = h * G + r;
         const __m512 pr = _mm512_set1_ps(p[((x / 16) * kDecodeChunk + j) * 16 + x % 16]);
