@@ -172,6 +172,7 @@ void AsyncLLMEngine::admit(std::vector<Pending>& adds) {
     } catch (const std::exception& e) {  // validated already; kept for safety
       Active& failed = *a;
       active_[a->request_id] = std::move(a);
+      count_finished("error", int64_t(failed.samples.size()));
       for (int i = 0, n = int(failed.samples.size()); i < n; ++i) finish(failed, i, "error", e.what());
       continue;
     }
@@ -206,7 +207,10 @@ void AsyncLLMEngine::apply_aborts(const std::vector<AbortOf>& aborts, const std:
     }
   }
   if (ended.empty()) return;
-  update_gauges();  // before the final events: a reader then sees the blocks freed
+  // Counted, then the gauges, then the final events: a reader of an event sees the blocks freed,
+  // and a /metrics reader that sees them freed sees these samples counted.
+  count_finished(reason, int64_t(ended.size()));
+  update_gauges();
   // In sample order, so that the stream's final event is its last sample's.
   std::sort(ended.begin(), ended.end());
   for (auto [id, i] : ended) {
@@ -229,10 +233,9 @@ void AsyncLLMEngine::finish(Active& a, int index, const std::string& reason, con
   e.num_prompt_tokens = a.num_prompt_tokens;
   e.num_completion_tokens = a.num_completion_tokens;
   e.num_sample_tokens = s.num_tokens;
-  {
+  if (e.finished) {
     std::lock_guard lock(metrics_mu_);
-    ++metrics_.request_success_total[reason];  // per sample
-    if (e.finished) metrics_.e2e_request_latency_seconds.observe(seconds(Clock::now() - a.arrival));
+    metrics_.e2e_request_latency_seconds.observe(seconds(Clock::now() - a.arrival));
   }
   request_of_seq_.erase(a.seq_id + index);
   if (!e.finished) {
@@ -258,6 +261,9 @@ void AsyncLLMEngine::run_step() {
     apply_aborts(all, "error", fmt::format("engine step failed: {}", e.what()));
     return;
   }
+  for (const auto& seq : r.finished)  // counted before the gauges move, as in apply_aborts
+    if (request_of_seq_.contains(seq->seq_id))
+      count_finished(finish_reason_name(seq->finish_reason), 1);
   update_gauges();
   const auto now = Clock::now();
   std::unordered_map<int64_t, RequestEvent> events;  // by seq id
@@ -325,6 +331,11 @@ void AsyncLLMEngine::run_step() {
     observer = step_observer_;
   }
   if (observer) observer(info);
+}
+
+void AsyncLLMEngine::count_finished(const std::string& reason, int64_t samples) {
+  std::lock_guard lock(metrics_mu_);
+  metrics_.request_success_total[reason] += samples;  // per sample
 }
 
 void AsyncLLMEngine::update_gauges() {

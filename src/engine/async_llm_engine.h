@@ -105,8 +105,10 @@ class AsyncLLMEngine {
                     const std::string& error);
   std::vector<AbortOf> all_active() const;
   void run_step();
-  // Sample `index` of `a` ended; the last one to end ends the request (and destroys `a`).
+  // Sample `index` of `a` ended; the last one to end ends the request (and destroys `a`). The
+  // caller has counted it (count_finished) before moving the gauges.
   void finish(Active& a, int index, const std::string& reason, const std::string& error);
+  void count_finished(const std::string& reason, int64_t samples);
   void update_gauges();
 
   LLMEngine& engine_;
