@@ -128,19 +128,6 @@ inline void fp8_row_to_bf16(uint16_t* dst, const uint8_t* src, int64_t n) {  // 
   for (; i < n; i += 8) vec::store_bf16(dst + i, fp8x8_to_f32(src + i));
 }
 
-// One key's token row ([Hkv, D]) of K and of V into stage_k / stage_v (each [Hkv * D] bf16):
-// copied from a bf16 cache, or converted from an fp8 one. `row`: token_row()'s offset.
-inline void stage_kv_row(const AttnArgs& a, int64_t row, uint16_t* stage_k, uint16_t* stage_v) {
-  const int64_t n = a.num_kv_heads * a.head_dim;
-  if (a.k_fp8 == nullptr) {
-    std::memcpy(stage_k, a.k_cache + row, size_t(n) * sizeof(uint16_t));
-    std::memcpy(stage_v, a.v_cache + row, size_t(n) * sizeof(uint16_t));
-    return;
-  }
-  fp8_row_to_bf16(stage_k, a.k_fp8 + row, n);
-  fp8_row_to_bf16(stage_v, a.v_fp8 + row, n);
-}
-
 // Shared by both prefill kernels (attention_prefill.cpp, attention_prefill_bf16.cpp): an item's
 // row r (r < rows) is token t0 + r / group, query head kv_head * group + r % group, and sees keys
 // [0, limit); rows past `rows` (a kernel's padding to its vector width) repeat the last row.
