@@ -15,13 +15,13 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "backend/cpu/attention_common.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/vec_avx2.h"
 #include "backend/cpu/vec_avx512.h"
-#include "runtime/fp8.h"
 
 #pragma GCC target("avx2,fma,f16c")
 
@@ -44,6 +44,15 @@ constexpr int64_t kPartitionKeys = 512;
 // 0x7F / 0xFF (E4M3's NaN, which the cache's rounding never writes) read as +-480.
 template <class T>
 constexpr float kLoadScale = sizeof(T) == 1 ? 256.0f : 1.0f;  // cache value / loaded value
+
+// The cache's K and V arrays read as T.
+template <class T>
+inline std::pair<const T*, const T*> kv_arrays(const AttnArgs& a) {
+  if constexpr (sizeof(T) == 1)
+    return {a.k_fp8, a.v_fp8};
+  else
+    return {a.k_cache, a.v_cache};
+}
 
 // 8 cache elements as f32 (times 1 / kLoadScale<T>).
 inline __m256 load8(const uint16_t* p) { return vec::load_bf16(p); }
@@ -200,8 +209,9 @@ struct DecodeItem {
 // m, l: [Hq]; acc: [Hq][D] (the item's heads written, divided by kLoadScale<T>).
 template <int G, class T>
 void decode_partition(const AttnArgs& a, const DecodeItem& it, int64_t h0, int64_t h1, float* m,
-                      float* l, float* acc, const T* k_cache, const T* v_cache) {
+                      float* l, float* acc) {
   const int64_t d = a.head_dim;
+  const auto [k_cache, v_cache] = kv_arrays<T>(a);
   const int32_t* table = a.block_tables + it.seq * a.max_num_blocks;
   for (int64_t h = h0 * G; h < h1 * G; ++h) {
     m[h] = kNegInf;
@@ -259,9 +269,9 @@ void run_decode_item(const AttnArgs& a, const DecodeItem& it, DecodeScratch& sc)
   float* acc = l + hq;
   const bool fp8 = a.k_fp8 != nullptr;
   if (fp8)
-    decode_partition<G>(a, it, h0, h1, m, l, acc, a.k_fp8, a.v_fp8);
+    decode_partition<G, uint8_t>(a, it, h0, h1, m, l, acc);
   else
-    decode_partition<G>(a, it, h0, h1, m, l, acc, a.k_cache, a.v_cache);
+    decode_partition<G, uint16_t>(a, it, h0, h1, m, l, acc);
   const float acc_scale = fp8 ? kLoadScale<uint8_t> : kLoadScale<uint16_t>;
   if (it.partial) {  // this item's heads of the partial state [m: Hq][l: Hq][acc: Hq][D]
     std::copy(m + h0 * G, m + h1 * G, it.partial + h0 * G);
@@ -476,15 +486,7 @@ void decode_partition512(const AttnArgs& a, const DecodeItem& it, float* m, floa
     sall = heap.data() + (16 - (reinterpret_cast<uintptr_t>(heap.data()) / 4) % 16) % 16;
     corr = sall + blocks * kDecodeChunk * 16;
   }
-  const T* k_cache;
-  const T* v_cache;
-  if constexpr (sizeof(T) == 1) {
-    k_cache = a.k_fp8;
-    v_cache = a.v_fp8;
-  } else {
-    k_cache = a.k_cache;
-    v_cache = a.v_cache;
-  }
+  const auto [k_cache, v_cache] = kv_arrays<T>(a);
   const T* kbase[kDecodeChunk];  // each key's token row [Hkv, D]
   const T* vbase[kDecodeChunk];
   const T* knext[kDecodeChunk];
