@@ -4,7 +4,7 @@
 // machine's ceilings measured in the same run. With --quant, the quantized GEMM (qgemm.h) on the
 // same shapes, quantized at load as the engine does, against the integer dot product's peak.
 //
-//   bench_gemm [--threads N] [--avx2 | --isa avx2_fma|avx512_fma|avx512_bf16]
+//   bench_gemm [--threads N] [--avx2 | --isa avx2_fma|avx512_fma|avx512_bf16|amx_bf16]
 //   bench_gemm --quant int8|int4|int4-g32|int4-g128 [--threads N] [--avx2 | --avxvnni]
 
 #include <unistd.h>
@@ -48,8 +48,11 @@ double now_s() {
 
 // A kernel set by its gemm_isa_name, if this CPU runs it.
 bool parse_isa(const std::string& name, GemmIsa* isa) {
-  for (GemmIsa i : {GemmIsa::AVX2, GemmIsa::AVX512_FMA, GemmIsa::AVX512_BF16}) {
-    const bool runs = i == GemmIsa::AVX2 || (i == GemmIsa::AVX512_FMA ? cpu_has_avx512() : cpu_has_avx512_bf16());
+  for (GemmIsa i : {GemmIsa::AVX2, GemmIsa::AVX512_FMA, GemmIsa::AVX512_BF16, GemmIsa::AMX_BF16}) {
+    const bool runs = i == GemmIsa::AVX2          ? true
+                      : i == GemmIsa::AVX512_FMA  ? cpu_has_avx512()
+                      : i == GemmIsa::AVX512_BF16 ? cpu_has_avx512_bf16()
+                                                  : cpu_has_amx_bf16();
     if (name == gemm_isa_name(i) && runs) {
       *isa = i;
       return true;
@@ -91,11 +94,11 @@ int main(int argc, char** argv) {
         return 2;
       }
     } else {
-      std::fprintf(
-          stderr,
-          "usage: bench_gemm [--threads N] [--avx2 | --isa avx2_fma|avx512_fma|avx512_bf16]\n"
-          "       bench_gemm --quant int8|int4|int4-g32|int4-g128 [--threads N] [--avx2 | "
-          "--avxvnni]\n");
+      std::fprintf(stderr,
+                   "usage: bench_gemm [--threads N] [--avx2 | --isa "
+                   "avx2_fma|avx512_fma|avx512_bf16|amx_bf16]\n"
+                   "       bench_gemm --quant int8|int4|int4-g32|int4-g128 [--threads N] [--avx2 | "
+                   "--avxvnni]\n");
       return 2;
     }
   }

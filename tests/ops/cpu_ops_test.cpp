@@ -555,8 +555,9 @@ TEST(CpuIsa, EnvironmentVariableSelectsKernels) {
   setenv("NANOVLLM_CPU_ISA", "avx512", 1);
   if (cpu::cpu_has_avx512()) {  // the faster AVX-512 GEMM of this core (vdpbf16ps or FMA)
     cpu::CpuBackend b(1);
-    EXPECT_EQ(b.gemm_isa(), cpu::select_gemm_isa(cpu::CpuIsa::Auto));
+    EXPECT_EQ(b.gemm_isa(), cpu::select_gemm_isa(cpu::CpuIsa::AVX512));
     EXPECT_NE(b.gemm_isa(), cpu::GemmIsa::AVX2);
+    EXPECT_NE(b.gemm_isa(), cpu::GemmIsa::AMX_BF16);
     if (!cpu::cpu_has_avx512_bf16()) {
       EXPECT_EQ(b.gemm_isa(), cpu::GemmIsa::AVX512_FMA);
     }
@@ -568,12 +569,22 @@ TEST(CpuIsa, EnvironmentVariableSelectsKernels) {
   } else {
     EXPECT_THROW(cpu::CpuBackend(1), Error);
   }
+  setenv("NANOVLLM_CPU_ISA", "amx", 1);
+  if (cpu::cpu_has_amx_bf16()) {
+    cpu::CpuBackend b(1);
+    EXPECT_EQ(b.gemm_isa(), cpu::GemmIsa::AMX_BF16);
+    EXPECT_TRUE(b.decode_avx512());
+    EXPECT_NE(b.describe().find("gemm amx_bf16, decode attention avx512"), std::string::npos)
+        << b.describe();
+  } else {
+    EXPECT_THROW(cpu::CpuBackend(1), Error);
+  }
   setenv("NANOVLLM_CPU_ISA", "sse9", 1);
   try {
     cpu::CpuBackend b(1);
     ADD_FAILURE() << "NANOVLLM_CPU_ISA=sse9 accepted";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("'sse9': expected auto, avx2, avxvnni or avx512"),
+    EXPECT_NE(std::string(e.what()).find("'sse9': expected auto, avx2, avxvnni, avx512 or amx"),
               std::string::npos)
         << e.what();
   }
@@ -582,6 +593,7 @@ TEST(CpuIsa, EnvironmentVariableSelectsKernels) {
   EXPECT_EQ(cpu::parse_cpu_isa("auto"), cpu::CpuIsa::Auto);
   EXPECT_EQ(cpu::parse_cpu_isa(""), cpu::CpuIsa::Auto);
   EXPECT_EQ(cpu::parse_cpu_isa("avxvnni"), cpu::CpuIsa::AVXVNNI);
+  EXPECT_EQ(cpu::parse_cpu_isa("amx"), cpu::CpuIsa::AMX);
   EXPECT_THROW(cpu::parse_cpu_isa("AVX2"), Error);
 }
 

@@ -41,6 +41,7 @@ std::vector<GemmIsa> isas() {
   std::vector<GemmIsa> v{GemmIsa::AVX2};
   if (cpu_has_avx512()) v.push_back(GemmIsa::AVX512_FMA);
   if (cpu_has_avx512_bf16()) v.push_back(GemmIsa::AVX512_BF16);
+  if (cpu_has_amx_bf16()) v.push_back(GemmIsa::AMX_BF16);
   return v;
 }
 
@@ -244,9 +245,10 @@ TEST(Gemm, RowsDoNotDependOnBatchSize) {
 // bits on every path (wide tiles, blocked tiles, partial blocks, bias, several threads).
 TEST(Gemm, Avx512FmaEqualsAvx2BitForBit) {
   std::printf("this CPU runs the %s GEMM kernels; select_gemm_isa picks %s\n",
-              cpu_has_avx512_bf16() ? "AVX2, AVX-512 FMA and AVX-512 BF16"
-              : cpu_has_avx512()    ? "AVX2 and AVX-512 FMA"
-                                    : "AVX2",
+              cpu_has_amx_bf16()      ? "AVX2, AVX-512 FMA, AVX-512 BF16 and AMX BF16"
+              : cpu_has_avx512_bf16() ? "AVX2, AVX-512 FMA and AVX-512 BF16"
+              : cpu_has_avx512()      ? "AVX2 and AVX-512 FMA"
+                                      : "AVX2",
               gemm_isa_name(select_gemm_isa(CpuIsa::Auto)));
   if (!cpu_has_avx512()) return;  // nothing to compare (the AVX2 kernels are checked above)
   std::mt19937 rng(31);
@@ -265,20 +267,30 @@ TEST(Gemm, Avx512FmaEqualsAvx2BitForBit) {
 }
 
 // NANOVLLM_CPU_ISA's GEMM choice: avx2 keeps AVX2; auto and avx512 take an AVX-512 kernel set
-// where the CPU has AVX-512 (avx512 is an Error where it has not).
+// where the CPU has AVX-512 (avx512 is an Error where it has not), AMX where the CPU and the OS
+// offer it; avx512 an AVX-512 one, never AMX; amx AMX or an Error.
 TEST(Gemm, IsaSelection) {
   EXPECT_EQ(select_gemm_isa(CpuIsa::AVX2), GemmIsa::AVX2);
   const GemmIsa best = select_gemm_isa(CpuIsa::Auto);
+  if (!cpu_has_amx_bf16()) {
+    EXPECT_THROW(select_gemm_isa(CpuIsa::AMX), Error);
+  }
   if (!cpu_has_avx512()) {
     EXPECT_EQ(best, GemmIsa::AVX2);
     EXPECT_THROW(select_gemm_isa(CpuIsa::AVX512), Error);
     return;
   }
-  EXPECT_EQ(select_gemm_isa(CpuIsa::AVX512), best);
+  const GemmIsa avx512 = select_gemm_isa(CpuIsa::AVX512);
+  EXPECT_TRUE(avx512 == GemmIsa::AVX512_FMA || avx512 == GemmIsa::AVX512_BF16);
+  if (cpu_has_amx_bf16()) {
+    EXPECT_EQ(best, GemmIsa::AMX_BF16);
+    EXPECT_EQ(select_gemm_isa(CpuIsa::AMX), GemmIsa::AMX_BF16);
+  } else {
+    EXPECT_EQ(best, avx512);
+  }
   if (!cpu_has_avx512_bf16()) {
     EXPECT_EQ(best, GemmIsa::AVX512_FMA);
   }
-  EXPECT_NE(best, GemmIsa::AVX2);
 }
 
 TEST(Gemm, RoundsXToNearestEven) {

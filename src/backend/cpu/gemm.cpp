@@ -146,7 +146,12 @@ GemmIsa select_gemm_isa(CpuIsa want) {
     fail("the CPU backend needs AVX2, FMA and F16C, which this CPU lacks");
   if (want == CpuIsa::AVX512 && !cpu_has_avx512())
     fail("NANOVLLM_CPU_ISA=avx512: this CPU lacks AVX-512 F/BW/VL/DQ (use avx2 or auto)");
+  if (want == CpuIsa::AMX && !cpu_has_amx_bf16())
+    fail(
+        "NANOVLLM_CPU_ISA=amx: this CPU (or its OS) does not let this process use AMX BF16 "
+        "tiles (use avx512, avx2 or auto)");
   if (!avx512_allowed(want) || !cpu_has_avx512()) return GemmIsa::AVX2;
+  if (want != CpuIsa::AVX512 && cpu_has_amx_bf16()) return GemmIsa::AMX_BF16;
   if (!cpu_has_avx512_bf16()) return GemmIsa::AVX512_FMA;
   // Measured once per process: the choice is the core's, and the same for every backend.
   static const bool dot = bf16_dot_outruns_fma512();
@@ -157,6 +162,8 @@ GemmIsa detect_gemm_isa() { return select_gemm_isa(cpu_isa_from_env()); }
 
 const char* gemm_isa_name(GemmIsa isa) {
   switch (isa) {
+    case GemmIsa::AMX_BF16:
+      return "amx_bf16";
     case GemmIsa::AVX512_BF16:
       return "avx512_bf16";
     case GemmIsa::AVX512_FMA:
@@ -218,9 +225,10 @@ void gemm(const GemmArgs& a, ThreadPool& pool, GemmIsa isa) {
   NV_CHECK((reinterpret_cast<uintptr_t>(a.packed_w) & 63) == 0,
            "packed weight must be 64-byte aligned (the kernels use aligned loads)");
   if (a.m == 0) return;
-  const detail::KernelSet& ks = isa == GemmIsa::AVX512_BF16  ? detail::avx512_bf16_kernels()
-                                : isa == GemmIsa::AVX512_FMA ? detail::avx512_fma_kernels()
-                                                             : detail::avx2_kernels();
+  const detail::KernelSet& ks = isa == GemmIsa::AMX_BF16      ? detail::amx_bf16_kernels()
+                                : isa == GemmIsa::AVX512_BF16 ? detail::avx512_bf16_kernels()
+                                : isa == GemmIsa::AVX512_FMA  ? detail::avx512_fma_kernels()
+                                                              : detail::avx2_kernels();
   if (ks.tile_wide && a.m >= ks.wide_min_m && a.m <= ks.wide_max_m) {
     gemm_wide(a, pool, ks);
     return;
@@ -233,10 +241,12 @@ void gemm(const GemmArgs& a, ThreadPool& pool, GemmIsa isa) {
   // Blocks per column group: the kernels' width, narrower for a single x panel when that would
   // leave threads without a group (several panels split in two dimensions instead, below).
   // Column sums do not depend on the width.
-  const int64_t gnb =
-      npanels == 1 ? std::clamp<int64_t>(nblocks / (2 * threads), 1, ks.nb) : int64_t(ks.nb);
+  const int64_t gnb = npanels == 1 ? std::clamp<int64_t>(nblocks / (2 * threads), 1,
+                                                         ks.one_panel_nb ? ks.one_panel_nb : ks.nb)
+                                   : int64_t(ks.nb);
   const int64_t ngroups = ceil_div(nblocks, gnb);
-  const int64_t panel_bytes = kpairs * mr * int64_t(ks.pair_bytes);
+  const int64_t panel_bytes =
+      ceil_div(kpairs, ks.kpair_align) * ks.kpair_align * mr * int64_t(ks.pair_bytes);
   const int64_t block_stride = kpairs * kBlockPairBytes;
 
   // 1. x -> packed bf16 panels, once per call ([npanels][kpairs][mr] pairs).
@@ -255,7 +265,7 @@ void gemm(const GemmArgs& a, ThreadPool& pool, GemmIsa isa) {
   // instead prefetch the next weight panel spread over the panels of the current one (with
   // nb = 1 it follows the current one in memory), the near-ahead prefetch only where nothing
   // was prefetched. One x panel (decode): each weight is used once, so no k blocking.
-  const int64_t kc = npanels == 1 ? kpairs : kKcPairs;
+  const int64_t kc = npanels == 1 || ks.whole_k ? kpairs : kKcPairs;
   const bool spread = ks.prefetch_next && gnb == 1;
   auto work = [&](int64_t g0, int64_t g1, int64_t p0, int64_t p1) {
     detail::Tile t{};

@@ -4,7 +4,8 @@
 // BF16 CPUs vdpbf16ps or, where the core runs that slower than FMAs (Intel's Sapphire / Emerald
 // Rapids), vfmadd231ps zmm on widened weights; the latter on other AVX-512 CPUs; AVX2+FMA
 // otherwise. x is rounded to bf16 inside the kernel (as a bf16 GEMM does). The AVX-512 FMA and
-// AVX2 kernels give the same bits.
+// AVX2 kernels give the same bits. On CPUs with AMX (Intel Xeon since Sapphire Rapids), AMX BF16
+// tiles (tdpbf16ps) for every M.
 #include <cstddef>
 #include <cstdint>
 
@@ -13,7 +14,7 @@
 
 namespace nanovllm::cpu {
 
-enum class GemmIsa { AVX512_BF16, AVX512_FMA, AVX2 };
+enum class GemmIsa { AMX_BF16, AVX512_BF16, AVX512_FMA, AVX2 };
 // The kernels for `want` (Auto: the best the CPU has). Error when the CPU cannot run them.
 GemmIsa select_gemm_isa(CpuIsa want);
 GemmIsa detect_gemm_isa();  // select_gemm_isa(cpu_isa_from_env())

@@ -8,7 +8,8 @@
 //
 // Packed x layout: panels of `mr` rows, each [ceil(k/2)][mr] pairs; a pair is a bf16 pair
 // (4 bytes) for AVX-512 BF16, or two bf16-rounded f32 (8 bytes) for AVX2. Rows past m and the
-// odd k padding are zero.
+// odd k padding are zero. The AMX kernels' panels are [ceil(k/32)][mr][16] bf16 pairs instead
+// (gemm_amx.cpp).
 #include <cstddef>
 #include <cstdint>
 
@@ -69,10 +70,22 @@ struct KernelSet {
   // The driver hands each tile the next tile's weights (Tile::pf_next) and asks the near-ahead
   // prefetch (Tile::prefetch) only of tiles whose weights nobody prefetched.
   bool prefetch_next;
+  // The packed x panels hold k pairs rounded up to a multiple of this (the AMX kernels' layout
+  // steps 16 pairs at a time).
+  int64_t kpair_align = 1;
+  // The tiles keep their sums over the whole k (no k blocks in the blocked path: the AMX tiles,
+  // whose partial sums would otherwise go through memory with every k block).
+  bool whole_k = false;
+  // Blocks per tile when M fits one x panel (0: nb).
+  int one_panel_nb = 0;
 };
 
 const KernelSet& avx512_bf16_kernels();
 const KernelSet& avx512_fma_kernels();
 const KernelSet& avx2_kernels();
+const KernelSet& amx_bf16_kernels();
+// A loop of tdpbf16ps on four independent tiles, 4 x 16 x 16 x 32 multiply-adds an iteration
+// (the AMX ceiling of roofline.h); needs cpu_has_amx_bf16().
+float amx_bf16_peak_loop(int64_t iters);
 
 }  // namespace nanovllm::cpu::detail

@@ -1,6 +1,9 @@
 // NANOVLLM_CPU_ISA and CPU feature detection (isa.h).
 #include "backend/cpu/isa.h"
 
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <cstdlib>
 #include <string>
 
@@ -13,7 +16,8 @@ CpuIsa parse_cpu_isa(std::string_view s) {
   if (s == "avx2") return CpuIsa::AVX2;
   if (s == "avxvnni") return CpuIsa::AVXVNNI;
   if (s == "avx512") return CpuIsa::AVX512;
-  fail("NANOVLLM_CPU_ISA='{}': expected auto, avx2, avxvnni or avx512", std::string(s));
+  if (s == "amx") return CpuIsa::AMX;
+  fail("NANOVLLM_CPU_ISA='{}': expected auto, avx2, avxvnni, avx512 or amx", std::string(s));
 }
 
 CpuIsa cpu_isa_from_env() {
@@ -39,6 +43,8 @@ const char* cpu_isa_name(CpuIsa isa) {
       return "avxvnni";
     case CpuIsa::AVX512:
       return "avx512";
+    case CpuIsa::AMX:
+      return "amx";
   }
   return "?";
 }
@@ -50,6 +56,19 @@ bool cpu_has_avx512() {
 }
 
 bool cpu_has_avx512_bf16() { return cpu_has_avx512() && __builtin_cpu_supports("avx512bf16"); }
+
+bool cpu_has_amx_bf16() {
+  static const bool usable = [] {
+    if (!cpu_has_avx512_bf16() || !__builtin_cpu_supports("amx-tile") ||
+        !__builtin_cpu_supports("amx-bf16"))
+      return false;
+    // Linux (5.16+) hands out the 8 KiB tile state only on request; without it the first tile
+    // instruction faults.
+    constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+    return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+  }();
+  return usable;
+}
 
 bool bf16_prefill_available(CpuIsa want) { return avx512_allowed(want) && cpu_has_avx512_bf16(); }
 

@@ -6,19 +6,22 @@
 // AVX-512 machine), NANOVLLM_CPU_ISA=avxvnni the kernels of an AVX2 + AVX-VNNI CPU (an Intel
 // client core: the AVX2 kernels, with the AVX-VNNI tiles for quantized weights) and
 // NANOVLLM_CPU_ISA=avx512 demands the AVX-512 ones (an Error on a CPU without them; so is
-// avxvnni on a CPU without AVX-VNNI). "auto" or unset: detect. Any other value: an Error
-// naming the accepted ones.
+// avxvnni on a CPU without AVX-VNNI), but not AMX, and NANOVLLM_CPU_ISA=amx demands the AMX
+// BF16 GEMM (an Error where the CPU or the OS does not offer it). "auto" or unset: detect (AMX
+// where available). Any other value: an Error naming the accepted ones.
 #include <optional>
 #include <string_view>
 
 namespace nanovllm::cpu {
 
-enum class CpuIsa { Auto, AVX2, AVXVNNI, AVX512 };
+enum class CpuIsa { Auto, AVX2, AVXVNNI, AVX512, AMX };
 
-// Whether `want` lets the AVX-512 kernels run (auto and avx512; not avx2, avxvnni).
-inline bool avx512_allowed(CpuIsa want) { return want == CpuIsa::Auto || want == CpuIsa::AVX512; }
+// Whether `want` lets the AVX-512 kernels run (auto, avx512 and amx; not avx2, avxvnni).
+inline bool avx512_allowed(CpuIsa want) {
+  return want == CpuIsa::Auto || want == CpuIsa::AVX512 || want == CpuIsa::AMX;
+}
 
-// "auto", "avx2", "avxvnni", "avx512" (or "" = auto); anything else throws Error.
+// "auto", "avx2", "avxvnni", "avx512", "amx" (or "" = auto); anything else throws Error.
 CpuIsa parse_cpu_isa(std::string_view s);
 // NANOVLLM_CPU_ISA, parsed (Auto when unset).
 CpuIsa cpu_isa_from_env();
@@ -34,6 +37,10 @@ bool prefill_bf16_from_env();
 // on top, AVX-512 BF16 (the vdpbf16ps GEMM, the bf16 prefill attention).
 bool cpu_has_avx512();
 bool cpu_has_avx512_bf16();
+// AMX BF16 tiles usable by this process: the CPU has AMX-TILE and AMX-BF16 (and AVX-512 BF16,
+// which the kernels' x packing uses) and Linux granted the tile state (arch_prctl
+// ARCH_REQ_XCOMP_PERM, asked once per process on the first call).
+bool cpu_has_amx_bf16();
 // Whether the bf16 prefill attention may run under `want`: AVX-512 BF16, not turned off by
 // NANOVLLM_CPU_ISA=avx2 or avxvnni (whichever AVX-512 GEMM the CPU takes).
 bool bf16_prefill_available(CpuIsa want);

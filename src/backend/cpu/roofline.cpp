@@ -1,18 +1,19 @@
 #include "backend/cpu/roofline.h"
 
-#include "backend/cpu/host_memory.h"
-
 #include <immintrin.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <cstring>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
+
+#include "backend/cpu/gemm_internal.h"
+#include "backend/cpu/host_memory.h"
 
 namespace nanovllm::cpu {
 
@@ -205,6 +206,8 @@ __attribute__((noipa)) void int_dot_loop(IntDot op, int64_t iters) {
 // The loop of the instruction isa's kernels run, and its FLOPs an iteration.
 float peak_loop(GemmIsa isa, int64_t iters) {
   switch (isa) {
+    case GemmIsa::AMX_BF16:
+      return detail::amx_bf16_peak_loop(iters);
     case GemmIsa::AVX512_BF16:
       return dpbf16_loop(iters);
     case GemmIsa::AVX512_FMA:
@@ -216,6 +219,7 @@ float peak_loop(GemmIsa isa, int64_t iters) {
 }
 
 double peak_loop_flops(GemmIsa isa) {
+  if (isa == GemmIsa::AMX_BF16) return 4.0 * 16 * 16 * 32 * 2;
   return isa == GemmIsa::AVX512_BF16 ? kAcc * 64.0 : isa == GemmIsa::AVX512_FMA ? kAcc * 32.0
                                                                                 : kYmm * 16.0;
 }
@@ -290,6 +294,8 @@ const char* qgemm_peak_name(QGemmIsa isa, QuantFormat format) {
 
 const char* gemm_peak_name(GemmIsa isa) {
   switch (isa) {
+    case GemmIsa::AMX_BF16:
+      return "bf16 tiles (AMX tdpbf16ps)";
     case GemmIsa::AVX512_BF16:
       return "bf16 dot (vdpbf16ps zmm)";
     case GemmIsa::AVX512_FMA:

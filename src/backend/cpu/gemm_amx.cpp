@@ -1,0 +1,301 @@
+// AMX BF16 GEMM kernels (Intel Xeon since Sapphire Rapids): tdpbf16ps on 16 x 16 f32 tiles.
+// A packed weight block (gemm_internal.h: [kpairs][16][2] bf16) is already what a B tile holds:
+// 16 k-pair rows of 64 bytes, so 16 pairs of a block load as one tile at stride 64. x is packed
+// to bf16 in 16-pair rows ([ceil(kpairs/16)][mr][16] pairs per panel), so 16 rows of one
+// 16-pair step load as one A tile. A register tile is 32 rows x 32 columns: C tiles 0-3, A tiles
+// 4-5 (rows 0-15, 16-31), B tiles 6-7 (the two 16-column blocks).
+//
+// Summation order: each output is one chain over the whole k, in 16-pair steps, starting from
+// the bias (or zero), kept in its C tile from the first step to the last (KernelSet::whole_k),
+// so a row's result depends neither on M, on its place in the tile nor on the thread split
+// (batch invariance). The bits differ from the AVX-512 kernels' (the tile unit sums in its own
+// order), which is why this kernel set serves every M once chosen, M = 1 included: decode
+// streams the weights through B tiles at 75-85% of the read bandwidth, as the AVX-512 kernels
+// do within a few percent.
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <utility>
+
+#include "backend/cpu/gemm_internal.h"
+#include "backend/cpu/isa.h"
+#include "util/check.h"
+
+namespace nanovllm::cpu::detail {
+namespace {
+
+constexpr int kMr = 32;  // rows per x panel: two A tiles
+// 16-column blocks per register tile: 2 for x panels of 32 rows (four C tiles), 4 when M fits
+// one panel (decode: four weight streams; more than 16 rows take them in two passes of two).
+constexpr int kNb = 2;
+constexpr int kOnePanelNb = 4;
+constexpr int kStepPairs = 16;  // k pairs per tile step (a tile row is 64 bytes)
+constexpr int64_t kStepBytes = kStepPairs * kBlockPairBytes;  // one B tile: 1 KiB
+constexpr int64_t kPanelStepBytes = int64_t(kMr) * 64;        // one step of an x panel: 2 KiB
+
+// The tile instructions take their tile register as an immediate, so these wrappers take it as
+// a template argument. "memory": the loads read (and the stores write) memory the compiler
+// does not see as operands.
+template <int T>
+inline void tile_load(const void* base, int64_t stride) {
+  asm volatile("{tileloadd\t(%0,%1,1), %%tmm%c2|tileloadd\t%%tmm%c2, [%0+%1*1]}" ::"r"(base),
+               "r"(stride), "i"(T)
+               : "memory");
+}
+template <int T>
+inline void tile_store(void* base, int64_t stride) {
+  asm volatile("{tilestored\t%%tmm%c2, (%0,%1,1)|tilestored\t[%0+%1*1], %%tmm%c2}" ::"r"(base),
+               "r"(stride), "i"(T)
+               : "memory");
+}
+template <int T>
+inline void tile_zero() {
+  asm volatile("tilezero\t%%tmm%c0" ::"i"(T));
+}
+// C += A @ B (bf16 pairs, f32 accumulation).
+template <int C, int A, int B>
+inline void tile_dp() {
+  asm volatile(
+      "{tdpbf16ps\t%%tmm%c2, %%tmm%c1, %%tmm%c0|tdpbf16ps\t%%tmm%c0, %%tmm%c1, %%tmm%c2}" ::"i"(C),
+      "i"(A), "i"(B));
+}
+
+// The palette-1 configuration: 8 tiles of 16 rows x 64 bytes.
+struct alignas(64) TileConfig {
+  uint8_t palette = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {64, 64, 64, 64, 64, 64, 64, 64};
+  uint8_t rows[16] = {16, 16, 16, 16, 16, 16, 16, 16};
+};
+
+// Loads the configuration on the calling thread once (it stays until released; nothing else in
+// the process configures tiles).
+inline void ensure_tiles() {
+  thread_local bool configured = false;
+  if (configured) return;
+  NV_CHECK(cpu_has_amx_bf16(), "AMX tiles are not available to this process");
+  static const TileConfig config;
+  asm volatile("ldtilecfg\t%0" ::"m"(config));
+  configured = true;
+}
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma")
+
+// x rows -> bf16 (round to nearest even) in the [kblocks][mr][16] pair layout; rows past m and
+// pairs past k are zero.
+void pack_x(void* dst, const float* x, int64_t ldx, int64_t m, int64_t k, int64_t mr,
+            int64_t panel_begin, int64_t panel_end) {
+  const int64_t kblocks = ((k + 1) / 2 + kStepPairs - 1) / kStepPairs;
+  uint8_t* out = static_cast<uint8_t*>(dst);
+  for (int64_t panel = panel_begin; panel < panel_end; ++panel) {
+    uint8_t* pan = out + panel * kblocks * mr * 64;
+    for (int64_t r = 0; r < mr; ++r) {
+      const int64_t row = panel * mr + r;
+      const float* src = x + row * ldx;
+      for (int64_t kb = 0; kb < kblocks; ++kb) {
+        __m512i v = _mm512_setzero_si512();
+        if (row < m) {
+          const int64_t k0 = kb * 32;
+          const int64_t left = k - k0;
+          const __mmask16 lo = left >= 16 ? __mmask16(0xffff) : __mmask16((1u << left) - 1);
+          const __mmask16 hi = left >= 32   ? __mmask16(0xffff)
+                               : left <= 16 ? __mmask16(0)
+                                            : __mmask16((1u << (left - 16)) - 1);
+          v = (__m512i)_mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(hi, src + k0 + 16),
+                                           _mm512_maskz_loadu_ps(lo, src + k0));
+        }
+        _mm512_store_si512(pan + (kb * mr + r) * 64, v);
+      }
+    }
+  }
+}
+
+inline __mmask16 col_mask(int cols) {
+  return cols >= 16 ? __mmask16(0xffff) : __mmask16((1u << cols) - 1);
+}
+
+// The 16 x 16 output block (half h, block j) of the tile; rows/cols: how many are real.
+struct OutBlock {
+  float* p;
+  int rows, cols;
+  bool whole() const { return rows == 16 && cols == 16; }
+};
+
+// C tile T <- the running sum of its block: bias (or zero) on the first k block, else the
+// stored partial sums. Partial blocks go through `stage` ([16][16] f32), so nothing outside
+// the output is read or written.
+template <int T>
+void start_block(const OutBlock& o, const Tile& t, int col0, float* stage) {
+  if (t.first) {
+    if (!t.bias) {
+      tile_zero<T>();
+      return;
+    }
+    const __mmask16 mask = col_mask(o.cols);
+    const __m256i b = _mm256_maskz_loadu_epi16(mask, t.bias + col0);
+    const __m512 row = _mm512_castsi512_ps(
+        _mm512_maskz_slli_epi32(mask, _mm512_maskz_cvtepu16_epi32(mask, b), 16));
+    _mm512_store_ps(stage, row);
+    tile_load<T>(stage, 0);  // stride 0: every row is the bias
+    return;
+  }
+  if (o.whole()) {
+    tile_load<T>(o.p, t.ldo * 4);
+    return;
+  }
+  const __mmask16 mask = col_mask(o.cols);
+  for (int r = 0; r < 16; ++r)
+    _mm512_store_ps(stage + r * 16, r < o.rows ? _mm512_maskz_loadu_ps(mask, o.p + r * t.ldo)
+                                               : _mm512_setzero_ps());
+  tile_load<T>(stage, 64);
+}
+
+template <int T>
+void finish_block(const OutBlock& o, const Tile& t, float* stage) {
+  if (o.whole()) {
+    tile_store<T>(o.p, t.ldo * 4);
+    return;
+  }
+  tile_store<T>(stage, 64);
+  const __mmask16 mask = col_mask(o.cols);
+  for (int r = 0; r < o.rows; ++r)
+    _mm512_mask_storeu_ps(o.p + r * t.ldo, mask, _mm512_load_ps(stage + r * 16));
+}
+
+// Calls f(std::integral_constant<int, I>()) for I = 0 .. N-1 (tile numbers must be constants).
+template <int N, class F>
+inline void static_for(F&& f) {
+  [&]<int... I>(std::integer_sequence<int, I...>) { (f(std::integral_constant<int, I>()), ...); }
+  (std::make_integer_sequence<int, N>());
+}
+
+// One register tile of H halves (16 rows each) x NB blocks: C tile h * NB + j holds half h of
+// block j. A tiles 4 (rows 0-15) and 5 (16-31); B tiles 6 and 7 with two halves, 5 to 7 in turn
+// with one (H * NB <= 4 C tiles).
+template <int H, int NB>
+void tile_kernel(const Tile& t) {
+  static_assert(H * NB <= 4 && (H == 1 || NB <= 2), "8 tiles");
+  ensure_tiles();
+  alignas(64) float stage[16 * 16];
+  OutBlock o[H][NB];
+  for (int h = 0; h < H; ++h)
+    for (int j = 0; j < NB; ++j) {
+      const int rows = t.rows - 16 * h, cols = t.ncols - 16 * j;
+      o[h][j] = {t.out + h * 16 * t.ldo + j * 16, rows < 16 ? rows : 16, cols < 16 ? cols : 16};
+    }
+  static_for<H * NB>([&](auto c) { start_block<c>(o[c / NB][c % NB], t, 16 * (c % NB), stage); });
+
+  const uint8_t* x = static_cast<const uint8_t*>(t.x);
+  const int64_t ws = t.w_block_stride;
+  // One 16-pair step: A tiles from the x panel, block j's B tile from b + j * b_block_stride.
+  auto step = [&](const uint8_t* b, int64_t b_block_stride) {
+    tile_load<4>(x, 64);
+    if constexpr (H == 2) tile_load<5>(x + 16 * 64, 64);
+    static_for<NB>([&](auto j) {
+      constexpr int kB = H == 1 ? 5 + j % 3 : 6 + j;
+      tile_load<kB>(b + j * b_block_stride, 64);
+      tile_dp<j, 4, kB>();
+      if constexpr (H == 2) tile_dp<NB + j, 5, kB>();
+    });
+    x += kPanelStepBytes;
+  };
+  const int64_t steps = t.kpairs / kStepPairs, rem = t.kpairs % kStepPairs;
+  for (int64_t s = 0; s < steps; ++s) step(t.w + s * kStepBytes, ws);
+  if (rem) {
+    // The last pairs of k: a whole tile would read past the block, so its rem rows are copied
+    // to zero-padded tiles (the x panel is zero there already).
+    alignas(64) uint8_t tail[NB][kStepBytes];
+    std::memset(tail, 0, sizeof tail);
+    for (int j = 0; j < NB; ++j)
+      std::memcpy(tail[j], t.w + j * ws + steps * kStepBytes, size_t(rem * kBlockPairBytes));
+    step(tail[0], kStepBytes);
+  }
+  static_for<H * NB>([&](auto c) { finish_block<c>(o[c / NB][c % NB], t, stage); });
+}
+
+template <int H>
+void tile_blocks(const Tile& t, int nb) {
+  switch (nb) {
+    case 1:
+      return tile_kernel<H, 1>(t);
+    case 2:
+      return tile_kernel<H, 2>(t);
+    case 3:
+      if constexpr (H == 1) return tile_kernel<1, 3>(t);
+      break;
+    default:
+      if constexpr (H == 1) return tile_kernel<1, 4>(t);
+      break;
+  }
+  // Two halves of more than two blocks: two tiles of 32 columns at most.
+  Tile left = t;
+  left.ncols = 32;
+  tile_kernel<2, 2>(left);
+  Tile right = t;
+  right.ncols = t.ncols - 32;
+  right.out += 32;
+  right.bias = t.bias ? t.bias + 32 : nullptr;
+  right.w += 2 * t.w_block_stride;
+  tile_blocks<2>(right, nb - 2);
+}
+
+void tile(const Tile& t) {
+  const int nb = int((t.ncols + 15) / 16);
+  t.rows > 16 ? tile_blocks<2>(t, nb) : tile_blocks<1>(t, nb);
+}
+
+#pragma GCC pop_options
+
+}  // namespace
+
+float amx_bf16_peak_loop(int64_t iters) {
+  ensure_tiles();
+  // Four independent C tiles, each A and B used twice: the tile unit's throughput.
+  alignas(64) static const uint16_t ones[16 * 32] = {};  // zeros: the values do not matter
+  tile_load<4>(ones, 64);
+  tile_load<5>(ones, 64);
+  tile_load<6>(ones, 64);
+  tile_load<7>(ones, 64);
+  tile_zero<0>();
+  tile_zero<1>();
+  tile_zero<2>();
+  tile_zero<3>();
+  for (int64_t i = 0; i < iters; ++i) {
+    tile_dp<0, 4, 6>();
+    tile_dp<1, 4, 7>();
+    tile_dp<2, 5, 6>();
+    tile_dp<3, 5, 7>();
+  }
+  alignas(64) float out[16 * 16];
+  tile_store<0>(out, 64);
+  return out[0];
+}
+
+const KernelSet& amx_bf16_kernels() {
+  // Measured on a 2-core Xeon with AMX (bench_gemm, Qwen3-0.6B shapes): sums kept in the tiles
+  // over the whole k ran M = 512 at 1.5-2x the rate of 128-pair k blocks (each of which stores
+  // and reloads 4 KiB of C), and 4 x panels an M block beat 2 and 8 (within the noise).
+  static const KernelSet set{kMr,
+                             kNb,
+                             4,
+                             pack_x,
+                             tile,
+                             0,
+                             nullptr,
+                             nullptr,
+                             0,
+                             0,
+                             /*mc_panels=*/4,
+                             /*balance_panels=*/false,
+                             /*prefetch_next=*/false,
+                             /*kpair_align=*/kStepPairs,
+                             /*whole_k=*/true,
+                             kOnePanelNb};
+  return set;
+}
+
+}  // namespace nanovllm::cpu::detail
