@@ -5,7 +5,7 @@
 // same shapes, quantized at load as the engine does, against the integer dot product's peak.
 //
 //   bench_gemm [--threads N] [--avx2 | --isa avx2_fma|avx512_fma|avx512_bf16|amx_bf16]
-//   bench_gemm --quant int8|int4|int4-g32|int4-g128 [--threads N] [--avx2 | --avxvnni]
+//   bench_gemm --quant int8|int4|int4-g32|int4-g128 [--threads N] [--avx2 | --avxvnni | --avx512]
 
 #include <unistd.h>
 
@@ -84,6 +84,9 @@ int main(int argc, char** argv) {
     } else if (a == "--avxvnni") {  // the tiles of an AVX2 + AVX-VNNI CPU
       isa = GemmIsa::AVX2;
       qwant = CpuIsa::AVXVNNI;
+    } else if (a == "--avx512") {  // the AVX-512 kernels, not AMX
+      isa = select_gemm_isa(CpuIsa::AVX512);
+      qwant = CpuIsa::AVX512;
     } else if (a == "--isa" && i + 1 < argc && parse_isa(argv[i + 1], &isa)) {
       ++i;
     } else if (a == "--quant" && i + 1 < argc) {
@@ -98,7 +101,7 @@ int main(int argc, char** argv) {
                    "usage: bench_gemm [--threads N] [--avx2 | --isa "
                    "avx2_fma|avx512_fma|avx512_bf16|amx_bf16]\n"
                    "       bench_gemm --quant int8|int4|int4-g32|int4-g128 [--threads N] [--avx2 | "
-                   "--avxvnni]\n");
+                   "--avxvnni | --avx512]\n");
       return 2;
     }
   }

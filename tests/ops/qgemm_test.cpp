@@ -52,12 +52,13 @@ Packed make_weight(int64_t n, int64_t k, QuantScheme scheme, std::mt19937& rng) 
   return p;
 }
 
-// The tile sets this CPU runs: AVX2 always, AVX-VNNI and AVX-512 VNNI where present.
+// The tile sets this CPU runs: AVX2 always, AVX-VNNI, AVX-512 VNNI and AMX INT8 where present.
 std::vector<QGemmIsa> isas() {
   __builtin_cpu_init();
   std::vector<QGemmIsa> v = {QGemmIsa::AVX2};
   if (__builtin_cpu_supports("avxvnni")) v.push_back(QGemmIsa::AVX_VNNI);
-  if (select_qgemm_isa(CpuIsa::Auto) == QGemmIsa::AVX512_VNNI) v.push_back(QGemmIsa::AVX512_VNNI);
+  if (cpu_has_avx512() && __builtin_cpu_supports("avx512vnni")) v.push_back(QGemmIsa::AVX512_VNNI);
+  if (cpu_has_amx_int8()) v.push_back(QGemmIsa::AMX_INT8);
   return v;
 }
 
@@ -227,12 +228,19 @@ TEST(QGemm, IsaSelection) {
   __builtin_cpu_init();
   const bool vnni = cpu_has_avx512() && __builtin_cpu_supports("avx512vnni");
   const bool avx_vnni = __builtin_cpu_supports("avxvnni");
-  std::printf("this CPU runs the AVX2%s%s quantized tiles\n", avx_vnni ? ", AVX-VNNI" : "",
-              vnni ? ", AVX-512 VNNI" : "");
+  const bool amx = cpu_has_amx_int8();
+  std::printf("this CPU runs the AVX2%s%s%s quantized tiles\n", avx_vnni ? ", AVX-VNNI" : "",
+              vnni ? ", AVX-512 VNNI" : "", amx ? ", AMX INT8" : "");
   EXPECT_EQ(select_qgemm_isa(CpuIsa::AVX2), QGemmIsa::AVX2);
-  EXPECT_EQ(select_qgemm_isa(CpuIsa::Auto), vnni       ? QGemmIsa::AVX512_VNNI
+  EXPECT_EQ(select_qgemm_isa(CpuIsa::Auto), amx        ? QGemmIsa::AMX_INT8
+                                            : vnni     ? QGemmIsa::AVX512_VNNI
                                             : avx_vnni ? QGemmIsa::AVX_VNNI
                                                        : QGemmIsa::AVX2);
+  if (amx) {
+    EXPECT_EQ(select_qgemm_isa(CpuIsa::AMX), QGemmIsa::AMX_INT8);
+  } else {
+    EXPECT_THROW(select_qgemm_isa(CpuIsa::AMX), Error);
+  }
   if (vnni) {
     EXPECT_EQ(select_qgemm_isa(CpuIsa::AVX512), QGemmIsa::AVX512_VNNI);
   } else {

@@ -19,6 +19,7 @@
 #include <cstring>
 #include <utility>
 
+#include "backend/cpu/amx_tiles.h"
 #include "backend/cpu/gemm_internal.h"
 #include "backend/cpu/isa.h"
 #include "util/check.h"
@@ -35,51 +36,13 @@ constexpr int kStepPairs = 16;  // k pairs per tile step (a tile row is 64 bytes
 constexpr int64_t kStepBytes = kStepPairs * kBlockPairBytes;  // one B tile: 1 KiB
 constexpr int64_t kPanelStepBytes = int64_t(kMr) * 64;        // one step of an x panel: 2 KiB
 
-// The tile instructions take their tile register as an immediate, so these wrappers take it as
-// a template argument. "memory": the loads read (and the stores write) memory the compiler
-// does not see as operands.
-template <int T>
-inline void tile_load(const void* base, int64_t stride) {
-  asm volatile("{tileloadd\t(%0,%1,1), %%tmm%c2|tileloadd\t%%tmm%c2, [%0+%1*1]}" ::"r"(base),
-               "r"(stride), "i"(T)
-               : "memory");
-}
-template <int T>
-inline void tile_store(void* base, int64_t stride) {
-  asm volatile("{tilestored\t%%tmm%c2, (%0,%1,1)|tilestored\t[%0+%1*1], %%tmm%c2}" ::"r"(base),
-               "r"(stride), "i"(T)
-               : "memory");
-}
-template <int T>
-inline void tile_zero() {
-  asm volatile("tilezero\t%%tmm%c0" ::"i"(T));
-}
-// C += A @ B (bf16 pairs, f32 accumulation).
-template <int C, int A, int B>
-inline void tile_dp() {
-  asm volatile(
-      "{tdpbf16ps\t%%tmm%c2, %%tmm%c1, %%tmm%c0|tdpbf16ps\t%%tmm%c0, %%tmm%c1, %%tmm%c2}" ::"i"(C),
-      "i"(A), "i"(B));
-}
-
 // The palette-1 configuration: 8 tiles of 16 rows x 64 bytes.
-struct alignas(64) TileConfig {
-  uint8_t palette = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {64, 64, 64, 64, 64, 64, 64, 64};
-  uint8_t rows[16] = {16, 16, 16, 16, 16, 16, 16, 16};
-};
+constexpr amx::TileConfig kConfig = {
+    1, 0, {}, {64, 64, 64, 64, 64, 64, 64, 64}, {16, 16, 16, 16, 16, 16, 16, 16}};
 
-// Loads the configuration on the calling thread once (it stays until released; nothing else in
-// the process configures tiles).
 inline void ensure_tiles() {
-  thread_local bool configured = false;
-  if (configured) return;
-  NV_CHECK(cpu_has_amx_bf16(), "AMX tiles are not available to this process");
-  static const TileConfig config;
-  asm volatile("ldtilecfg\t%0" ::"m"(config));
-  configured = true;
+  NV_CHECK(cpu_has_amx_bf16(), "AMX BF16 tiles are not available to this process");
+  amx::use(kConfig);
 }
 
 #pragma GCC push_options
@@ -132,7 +95,7 @@ template <int T>
 void start_block(const OutBlock& o, const Tile& t, int col0, float* stage) {
   if (t.first) {
     if (!t.bias) {
-      tile_zero<T>();
+      amx::zero<T>();
       return;
     }
     const __mmask16 mask = col_mask(o.cols);
@@ -140,27 +103,27 @@ void start_block(const OutBlock& o, const Tile& t, int col0, float* stage) {
     const __m512 row = _mm512_castsi512_ps(
         _mm512_maskz_slli_epi32(mask, _mm512_maskz_cvtepu16_epi32(mask, b), 16));
     _mm512_store_ps(stage, row);
-    tile_load<T>(stage, 0);  // stride 0: every row is the bias
+    amx::load<T>(stage, 0);  // stride 0: every row is the bias
     return;
   }
   if (o.whole()) {
-    tile_load<T>(o.p, t.ldo * 4);
+    amx::load<T>(o.p, t.ldo * 4);
     return;
   }
   const __mmask16 mask = col_mask(o.cols);
   for (int r = 0; r < 16; ++r)
     _mm512_store_ps(stage + r * 16, r < o.rows ? _mm512_maskz_loadu_ps(mask, o.p + r * t.ldo)
                                                : _mm512_setzero_ps());
-  tile_load<T>(stage, 64);
+  amx::load<T>(stage, 64);
 }
 
 template <int T>
 void finish_block(const OutBlock& o, const Tile& t, float* stage) {
   if (o.whole()) {
-    tile_store<T>(o.p, t.ldo * 4);
+    amx::store<T>(o.p, t.ldo * 4);
     return;
   }
-  tile_store<T>(stage, 64);
+  amx::store<T>(stage, 64);
   const __mmask16 mask = col_mask(o.cols);
   for (int r = 0; r < o.rows; ++r)
     _mm512_mask_storeu_ps(o.p + r * t.ldo, mask, _mm512_load_ps(stage + r * 16));
@@ -193,13 +156,13 @@ void tile_kernel(const Tile& t) {
   const int64_t ws = t.w_block_stride;
   // One 16-pair step: A tiles from the x panel, block j's B tile from b + j * b_block_stride.
   auto step = [&](const uint8_t* b, int64_t b_block_stride) {
-    tile_load<4>(x, 64);
-    if constexpr (H == 2) tile_load<5>(x + 16 * 64, 64);
+    amx::load<4>(x, 64);
+    if constexpr (H == 2) amx::load<5>(x + 16 * 64, 64);
     static_for<NB>([&](auto j) {
       constexpr int kB = H == 1 ? 5 + j % 3 : 6 + j;
-      tile_load<kB>(b + j * b_block_stride, 64);
-      tile_dp<j, 4, kB>();
-      if constexpr (H == 2) tile_dp<NB + j, 5, kB>();
+      amx::load<kB>(b + j * b_block_stride, 64);
+      amx::dp_bf16<j, 4, kB>();
+      if constexpr (H == 2) amx::dp_bf16<NB + j, 5, kB>();
     });
     x += kPanelStepBytes;
   };
@@ -256,22 +219,22 @@ float amx_bf16_peak_loop(int64_t iters) {
   ensure_tiles();
   // Four independent C tiles, each A and B used twice: the tile unit's throughput.
   alignas(64) static const uint16_t ones[16 * 32] = {};  // zeros: the values do not matter
-  tile_load<4>(ones, 64);
-  tile_load<5>(ones, 64);
-  tile_load<6>(ones, 64);
-  tile_load<7>(ones, 64);
-  tile_zero<0>();
-  tile_zero<1>();
-  tile_zero<2>();
-  tile_zero<3>();
+  amx::load<4>(ones, 64);
+  amx::load<5>(ones, 64);
+  amx::load<6>(ones, 64);
+  amx::load<7>(ones, 64);
+  amx::zero<0>();
+  amx::zero<1>();
+  amx::zero<2>();
+  amx::zero<3>();
   for (int64_t i = 0; i < iters; ++i) {
-    tile_dp<0, 4, 6>();
-    tile_dp<1, 4, 7>();
-    tile_dp<2, 5, 6>();
-    tile_dp<3, 5, 7>();
+    amx::dp_bf16<0, 4, 6>();
+    amx::dp_bf16<1, 4, 7>();
+    amx::dp_bf16<2, 5, 6>();
+    amx::dp_bf16<3, 5, 7>();
   }
   alignas(64) float out[16 * 16];
-  tile_store<0>(out, 64);
+  amx::store<0>(out, 64);
   return out[0];
 }
 

@@ -57,17 +57,28 @@ bool cpu_has_avx512() {
 
 bool cpu_has_avx512_bf16() { return cpu_has_avx512() && __builtin_cpu_supports("avx512bf16"); }
 
-bool cpu_has_amx_bf16() {
-  static const bool usable = [] {
-    if (!cpu_has_avx512_bf16() || !__builtin_cpu_supports("amx-tile") ||
-        !__builtin_cpu_supports("amx-bf16"))
-      return false;
-    // Linux (5.16+) hands out the 8 KiB tile state only on request; without it the first tile
-    // instruction faults.
+namespace {
+
+// Linux (5.16+) hands out the 8 KiB tile state only on request; without it the first tile
+// instruction faults. Asked once per process.
+bool amx_tiles_granted() {
+  static const bool granted = [] {
+    if (!__builtin_cpu_supports("amx-tile")) return false;
     constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
     return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
   }();
-  return usable;
+  return granted;
+}
+
+}  // namespace
+
+bool cpu_has_amx_bf16() {
+  return cpu_has_avx512_bf16() && __builtin_cpu_supports("amx-bf16") && amx_tiles_granted();
+}
+
+bool cpu_has_amx_int8() {
+  return cpu_has_avx512() && __builtin_cpu_supports("avx512vnni") &&
+         __builtin_cpu_supports("amx-int8") && amx_tiles_granted();
 }
 
 bool bf16_prefill_available(CpuIsa want) { return avx512_allowed(want) && cpu_has_avx512_bf16(); }

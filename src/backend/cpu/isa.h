@@ -41,6 +41,9 @@ bool cpu_has_avx512_bf16();
 // which the kernels' x packing uses) and Linux granted the tile state (arch_prctl
 // ARCH_REQ_XCOMP_PERM, asked once per process on the first call).
 bool cpu_has_amx_bf16();
+// AMX INT8 tiles usable by this process (with AVX-512 VNNI, whose tiles serve what the AMX ones
+// do not): the same conditions, for AMX-INT8.
+bool cpu_has_amx_int8();
 // Whether the bf16 prefill attention may run under `want`: AVX-512 BF16, not turned off by
 // NANOVLLM_CPU_ISA=avx2 or avxvnni (whichever AVX-512 GEMM the CPU takes).
 bool bf16_prefill_available(CpuIsa want);

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "backend/cpu/isa.h"
 #include "runtime/tensor.h"
 #include "util/check.h"
 
@@ -126,6 +127,12 @@ QGemmIsa select_qgemm_isa(CpuIsa want) {
     fail("NANOVLLM_CPU_ISA=avx512: this CPU lacks AVX-512 VNNI (use avx2 or auto)");
   if (want == CpuIsa::AVXVNNI && !avx_vnni)
     fail("NANOVLLM_CPU_ISA=avxvnni: this CPU lacks AVX-VNNI (use avx2 or auto)");
+  if (want == CpuIsa::AMX && !cpu_has_amx_int8())
+    fail(
+        "NANOVLLM_CPU_ISA=amx: this CPU (or its OS) does not let this process use AMX INT8 "
+        "tiles (use avx512, avx2 or auto)");
+  if (want != CpuIsa::AVX512 && avx512_allowed(want) && cpu_has_amx_int8())
+    return QGemmIsa::AMX_INT8;
   if (avx512_allowed(want) && vnni) return QGemmIsa::AVX512_VNNI;
   return want != CpuIsa::AVX2 && avx_vnni ? QGemmIsa::AVX_VNNI : QGemmIsa::AVX2;
 }
@@ -138,9 +145,60 @@ const char* qgemm_isa_name(QGemmIsa isa) {
       return "avx_vnni";
     case QGemmIsa::AVX512_VNNI:
       return "avx512_vnni";
+    case QGemmIsa::AMX_INT8:
+      return "amx_int8";
   }
   return "?";
 }
+
+namespace {
+
+// The AMX INT8 tiles over the batch: its int16 codes (`codes`, [m][kpad]) split into the two
+// planes, then each thread's units of 2 blocks, every 16-row panel of the batch a unit (its
+// weights stay in L1 while the planes stream from L2).
+// `planes`: amx_planes_bytes(l, m).
+size_t amx_planes_bytes(const QuantLayout& l, int64_t m) {
+  return size_t(2 * (m + 15) / 16 * 16 * detail::amx_plane_k(l));
+}
+
+void amx_qgemm8(const QGemmArgs& a, ThreadPool& pool, const uint8_t* codes, const float* xscale,
+                void* planes) {
+  const QuantLayout& l = *a.layout;
+  const int64_t m = a.m, kp = detail::amx_plane_k(l), m16 = (m + 15) / 16 * 16;
+  uint8_t* x = static_cast<uint8_t*>(planes);
+  // The rows past m: zero codes (their outputs are not stored).
+  std::memset(x + (m / 16) * kp * 32, 0, size_t((m16 - m / 16 * 16) * kp * 2));
+  pool.parallel_for(m, [&](int64_t r0, int64_t r1, int) {
+    for (int64_t r = r0; r < r1; ++r)
+      detail::amx_x_planes(reinterpret_cast<const int16_t*>(codes) + r * l.kpad, l.kpad, kp, r, x);
+  });
+  const int64_t units = (l.nblocks + 1) / 2;
+  const int64_t chunk = std::clamp<int64_t>(units / (pool.size() * 8), 1, 8);
+  // Rows a block whose planes stay in L2 (512 KiB) while a chunk's units stream past them.
+  const int64_t mc = std::max<int64_t>(16, (int64_t(512) << 10) / (kp * 2) / 16 * 16);
+  run_chunks(pool, units, chunk, [&](int64_t u0, int64_t u1) {
+    for (int64_t m0 = 0; m0 < m; m0 += mc) {
+      for (int64_t u = u0; u < u1; ++u) {
+        const int64_t b = 2 * u;
+        for (int64_t r = m0; r < std::min(m, m0 + mc); r += 16) {
+          detail::AmxQTile t;
+          t.x = x + r * kp * 2;
+          t.xscale = xscale + r;
+          t.w = static_cast<const uint8_t*>(a.packed_w) + size_t(b) * l.block_bytes;
+          t.layout = &l;
+          t.out = a.out + r * a.ldo + b * kQBlockCols;
+          t.ldo = a.ldo;
+          t.bias = a.bias ? a.bias + b * kQBlockCols : nullptr;
+          t.rows = int(std::min<int64_t>(16, m - r));
+          t.ncols = int(std::min<int64_t>(2 * kQBlockCols, l.n - b * kQBlockCols));
+          detail::amx_qtile8(t);
+        }
+      }
+    }
+  });
+}
+
+}  // namespace
 
 void qgemm(const QGemmArgs& a, ThreadPool& pool, QGemmIsa isa) {
   const QuantLayout& l = *a.layout;
@@ -153,9 +211,14 @@ void qgemm(const QGemmArgs& a, ThreadPool& pool, QGemmIsa isa) {
   const size_t xq_bytes = (size_t(m * l.kpad * code_bytes) + 63) / 64 * 64;
   const size_t xs_bytes = (size_t(m * xs_per_row) * 4 + 63) / 64 * 64;
   const size_t sum_bytes = int4 ? size_t(m * l.groups) * 4 : 0;
+  const bool amx = isa == QGemmIsa::AMX_INT8 && !int4 && m >= detail::kAmxMinRows &&
+                   detail::amx_qgemm8_supports(l);
+  const size_t sum_bytes_aligned = (sum_bytes + 63) / 64 * 64;
+  const size_t plane_bytes = amx ? amx_planes_bytes(l, m) : 0;
   GemmScratch own;
   GemmScratch& scratch = a.scratch ? *a.scratch : own;
-  uint8_t* base = static_cast<uint8_t*>(scratch.reserve(xq_bytes + xs_bytes + sum_bytes));
+  uint8_t* base =
+      static_cast<uint8_t*>(scratch.reserve(xq_bytes + xs_bytes + sum_bytes_aligned + plane_bytes));
   float* xscale = reinterpret_cast<float*>(base + xq_bytes);
   float* xsum = int4 ? reinterpret_cast<float*>(base + xq_bytes + xs_bytes) : nullptr;
   auto quantize_rows = [&](int64_t r0, int64_t r1) {
@@ -187,7 +250,11 @@ void qgemm(const QGemmArgs& a, ThreadPool& pool, QGemmIsa isa) {
   // runs slower takes fewer, where halves fixed in advance left the other waiting); a chunk
   // walks its units over M blocks of rows whose x codes stay in L2 while the unit's weights stay
   // in L1.
-  const bool vnni = isa == QGemmIsa::AVX512_VNNI;
+  if (amx) {
+    amx_qgemm8(a, pool, base, xscale, base + xq_bytes + xs_bytes + sum_bytes_aligned);
+    return;
+  }
+  const bool vnni = isa == QGemmIsa::AVX512_VNNI || isa == QGemmIsa::AMX_INT8;
   const bool wide = vnni && m > detail::kQMaxRows;  // 8-row tiles of 2 blocks
   const bool wide_ymm = isa == QGemmIsa::AVX_VNNI && !int4 && m > detail::kQMaxRows;  // 8 x 1
   const int max_rows = wide       ? detail::kQMaxRowsVnni

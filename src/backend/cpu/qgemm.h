@@ -76,14 +76,17 @@ struct QGemmArgs {
   GemmScratch* scratch;  // the quantized x
 };
 // The tiles qgemm runs: AVX2 (vpmaddwd / vpmaddubsw on 8 columns), AVX-VNNI (the same tiles
-// on the VEX vpdpwssd / vpdpbusd, qgemm_avxvnni.cpp), or AVX-512 VNNI (vpdpwssd / vpdpbusd on
-// 16 columns, qgemm_avx512.cpp); all give the same bits.
-enum class QGemmIsa { AVX2, AVX_VNNI, AVX512_VNNI };
-// AVX512_VNNI where the CPU has AVX-512 F/BW/VL/DQ and VNNI and want allows AVX-512 (isa.h),
-// else AVX_VNNI where it has AVX-VNNI and want is not AVX2, else AVX2. want AVX512 or AVXVNNI
-// on a CPU without them throws Error.
+// on the VEX vpdpwssd / vpdpbusd, qgemm_avxvnni.cpp), AVX-512 VNNI (vpdpwssd / vpdpbusd on
+// 16 columns, qgemm_avx512.cpp), or AMX INT8 (tdpbssd / tdpbusd on 16 x 16 tiles for int8
+// weights from kAmxMinRows rows on, qgemm_amx.cpp; the AVX-512 VNNI tiles for the rest); all
+// give the same bits.
+enum class QGemmIsa { AVX2, AVX_VNNI, AVX512_VNNI, AMX_INT8 };
+// AMX_INT8 where the CPU and the OS offer it and want is auto or amx, else AVX512_VNNI where the
+// CPU has AVX-512 F/BW/VL/DQ and VNNI and want allows AVX-512 (isa.h), else AVX_VNNI where it
+// has AVX-VNNI and want is not AVX2, else AVX2. want AMX, AVX512 or AVXVNNI on a CPU without
+// them throws Error.
 QGemmIsa select_qgemm_isa(CpuIsa want);
-const char* qgemm_isa_name(QGemmIsa isa);  // "avx2", "avx_vnni", "avx512_vnni"
+const char* qgemm_isa_name(QGemmIsa isa);  // "avx2", "avx_vnni", "avx512_vnni", "amx_int8"
 
 void qgemm(const QGemmArgs& args, ThreadPool& pool, QGemmIsa isa);
 
@@ -147,6 +150,32 @@ inline size_t prefetch_ahead(bool near, int blocks, size_t block_bytes) {
   return near ? size_t(kRowAheadBytes) : size_t(kTilesAhead) * size_t(blocks) * block_bytes;
 }
 constexpr int kQMaxBlocks = 4;
+// The AMX INT8 tiles (qgemm_amx.cpp) take int8 weights (per row, or groups of a multiple of 64
+// k) in batches of kAmxMinRows rows and more, 16 rows x 2 blocks a tile. Measured on a 2-core
+// Xeon with AMX (bench_gemm --quant int8 against --avx512, qwen3-0.6b shapes, ms): M = 8 qkv
+// 0.23-0.24 against the AVX-512 VNNI tiles' 0.20; M = 16 0.24-0.25 against 0.33, M = 32 0.33
+// against 0.60, M = 512 2.9 against 8.7.
+constexpr int64_t kAmxMinRows = 16;
+struct AmxQTile {
+  // The x codes of the tile's 16 rows (zero past the batch) split in two planes (amx_x_planes):
+  // per 64 k, a 16 x 64-byte A tile of the high bytes, then one of the low bytes.
+  const uint8_t* x;
+  const float* xscale;  // per row, as QTile's
+  const uint8_t* w;     // the tile's first block
+  const QuantLayout* layout;
+  float* out;
+  int64_t ldo;
+  const uint16_t* bias;  // bf16, at the tile's first column, or nullptr
+  int rows;              // 1..16
+  int ncols;             // 1..16
+};
+bool amx_qgemm8_supports(const QuantLayout& l);
+int64_t amx_plane_k(const QuantLayout& l);  // k of a plane row: kpad rounded up to 64
+// Row `row` of int16 codes [kpad] -> its high (code >> 8, signed) and low (code & 255) bytes in
+// `planes` ([ceil(m/16)][kp/64][2][16][64] bytes), in the packed weights' k order within each
+// 4 k, zero past kpad.
+void amx_x_planes(const int16_t* q, int64_t kpad, int64_t kp, int64_t row, uint8_t* planes);
+void amx_qtile8(const AmxQTile& t);
 // x row [0, k) to the codes the tiles read, padded with zeros to kpad (AVX2): for int8 weights
 // int16 codes of scale max|x| / 16383 (*xscale); for int4 weights int8 codes in each group g of
 // scale xscale[g] = max|x_group| / 127, with xsum[g] = xscale[g] * the sum of its codes. Codes

@@ -261,7 +261,24 @@ Ceiling measure_gemm_peak(ThreadPool& pool, GemmIsa isa) {
 }
 
 Ceiling measure_qgemm_peak(ThreadPool& pool, QGemmIsa isa, QuantFormat format) {
-  const bool vnni = isa == QGemmIsa::AVX512_VNNI, int4 = format == QuantFormat::Int4;
+  const bool int4 = format == QuantFormat::Int4;
+  if (isa == QGemmIsa::AMX_INT8 && !int4) {
+    // Each iteration: 2 tdpbssd + 2 tdpbusd on 16 x 8-column tiles, 2 x 16 x 8 x 64 products of
+    // a 15-bit x code and an int8 weight (a high- and a low-byte instruction each).
+    const double ops = 2.0 * 2 * 16 * 8 * 64;
+    const int64_t iters = 1 << 16;
+    for (int rep = 0; rep < 4; ++rep)
+      pool.run_on_all([&](int) { detail::amx_int8_peak_loop(iters); });
+    std::vector<double> runs;
+    for (int rep = 0; rep < 15; ++rep) {
+      auto t0 = Clock::now();
+      pool.run_on_all([&](int) { detail::amx_int8_peak_loop(iters); });
+      runs.push_back(ops * double(iters) * pool.size() / seconds_since(t0) / 1e9);
+    }
+    return summarize(std::move(runs), std::to_string(pool.size()) + " threads");
+  }
+  if (isa == QGemmIsa::AMX_INT8) isa = QGemmIsa::AVX512_VNNI;  // int4 runs the VNNI tiles
+  const bool vnni = isa == QGemmIsa::AVX512_VNNI;
   const IntDot op = vnni                        ? (int4 ? IntDot::Dpbusd : IntDot::Dpwssd)
                     : isa == QGemmIsa::AVX_VNNI ? (int4 ? IntDot::VexDpbusd : IntDot::VexDpwssd)
                                                 : (int4 ? IntDot::Maddubs : IntDot::Madd16);
@@ -282,6 +299,9 @@ Ceiling measure_qgemm_peak(ThreadPool& pool, QGemmIsa isa, QuantFormat format) {
 const char* qgemm_peak_name(QGemmIsa isa, QuantFormat format) {
   const bool int4 = format == QuantFormat::Int4;
   switch (isa) {
+    case QGemmIsa::AMX_INT8:
+      if (!int4) return "int16 x int8 products (AMX tdpbssd + tdpbusd, 8-column tiles)";
+      [[fallthrough]];
     case QGemmIsa::AVX512_VNNI:
       return int4 ? "int8 dot (vpdpbusd zmm)" : "int16 dot (vpdpwssd zmm)";
     case QGemmIsa::AVX_VNNI:

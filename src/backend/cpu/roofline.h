@@ -36,7 +36,8 @@ const char* gemm_peak_name(GemmIsa isa);
 // The same for the quantized GEMM's integer instructions, in G ops/s (2 per multiply-add), so
 // that its figures compare with GFLOP/s: for int8 weights vpmaddwd on ymm (16 multiply-adds)
 // with QGemmIsa::AVX2, vpdpwssd on ymm (16) with AVX_VNNI and on zmm (32) with AVX512_VNNI; for
-// int4 vpmaddubsw on ymm (32), vpdpbusd on ymm (32) and zmm (64).
+// int4 vpmaddubsw on ymm (32), vpdpbusd on ymm (32) and zmm (64); with AMX_INT8, int8 weights
+// on the AMX tiles' instruction pair (qgemm_amx.cpp), int4 on the AVX-512 VNNI tiles.
 Ceiling measure_qgemm_peak(ThreadPool& pool, QGemmIsa isa, QuantFormat format);
 // e.g. "int8 dot (vpdpbusd zmm)".
 const char* qgemm_peak_name(QGemmIsa isa, QuantFormat format);
