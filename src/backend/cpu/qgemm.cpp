@@ -153,14 +153,14 @@ const char* qgemm_isa_name(QGemmIsa isa) {
 
 namespace {
 
-// The AMX INT8 tiles over the batch: its int16 codes (`codes`, [m][kpad]) split into the two
-// planes, then each thread's units of 2 blocks, every 16-row panel of the batch a unit (its
-// weights stay in L1 while the planes stream from L2).
-// `planes`: amx_planes_bytes(l, m).
+// Bytes of the x planes of an m-row batch: two bytes a code, rows rounded up to 16.
 size_t amx_planes_bytes(const QuantLayout& l, int64_t m) {
-  return size_t(2 * (m + 15) / 16 * 16 * detail::amx_plane_k(l));
+  return size_t(2 * ((m + 15) / 16 * 16) * detail::amx_plane_k(l));
 }
 
+// The AMX INT8 tiles over the batch: its int16 codes (`codes`, [m][kpad]) split into the two
+// planes (`planes`, amx_planes_bytes), then each thread's units of 2 blocks, with every 16-row
+// panel of an M block (its planes in L2) in turn while the unit's weights stay in L1.
 void amx_qgemm8(const QGemmArgs& a, ThreadPool& pool, const uint8_t* codes, const float* xscale,
                 void* planes) {
   const QuantLayout& l = *a.layout;
@@ -238,6 +238,10 @@ void qgemm(const QGemmArgs& a, ThreadPool& pool, QGemmIsa isa) {
     quantize_rows(0, m);
   }
 
+  if (amx) {
+    amx_qgemm8(a, pool, base, xscale, base + xq_bytes + xs_bytes + sum_bytes_aligned);
+    return;
+  }
   // AVX2 (and AVX-VNNI) tiles: 4 rows x 2 blocks, or 1 row x 4 blocks (a lone row streams 4
   // blocks at once); AVX-VNNI int8 from 5 rows on: 8 rows x 1 block (qgemm.h).
   // AVX-512 VNNI: up to 4 rows x 4 blocks, 8 rows x 2 blocks from 5 rows on (qgemm.h).
@@ -250,10 +254,6 @@ void qgemm(const QGemmArgs& a, ThreadPool& pool, QGemmIsa isa) {
   // runs slower takes fewer, where halves fixed in advance left the other waiting); a chunk
   // walks its units over M blocks of rows whose x codes stay in L2 while the unit's weights stay
   // in L1.
-  if (amx) {
-    amx_qgemm8(a, pool, base, xscale, base + xq_bytes + xs_bytes + sum_bytes_aligned);
-    return;
-  }
   const bool vnni = isa == QGemmIsa::AVX512_VNNI || isa == QGemmIsa::AMX_INT8;
   const bool wide = vnni && m > detail::kQMaxRows;  // 8-row tiles of 2 blocks
   const bool wide_ymm = isa == QGemmIsa::AVX_VNNI && !int4 && m > detail::kQMaxRows;  // 8 x 1
