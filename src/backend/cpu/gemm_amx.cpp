@@ -2,8 +2,9 @@
 // A packed weight block (gemm_internal.h: [kpairs][16][2] bf16) is already what a B tile holds:
 // 16 k-pair rows of 64 bytes, so 16 pairs of a block load as one tile at stride 64. x is packed
 // to bf16 in 16-pair rows ([ceil(kpairs/16)][mr][16] pairs per panel), so 16 rows of one
-// 16-pair step load as one A tile. A register tile is 32 rows x 32 columns: C tiles 0-3, A tiles
-// 4-5 (rows 0-15, 16-31), B tiles 6-7 (the two 16-column blocks).
+// 16-pair step load as one A tile. A register tile is 32 rows x 32 columns (C tiles 0-3, A tiles
+// 4-5 for rows 0-15 and 16-31, B tiles 6-7 for the two 16-column blocks), or with one x panel of
+// up to 16 rows (decode) 16 rows x 64 columns (C tiles 0-3, A tile 4, B tiles 5-7 in turn).
 //
 // Summation order: each output is one chain over the whole k, in 16-pair steps, starting from
 // the bias (or zero), kept in its C tile from the first step to the last (KernelSet::whole_k),
@@ -13,8 +14,6 @@
 // streams the weights through B tiles at 78-83% of the read bandwidth, where the AVX-512 FMA
 // kernels reach 89-90% (README, Decisions).
 #include <immintrin.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include <cstring>
 #include <utility>
@@ -58,10 +57,10 @@ void pack_x(void* dst, const float* x, int64_t ldx, int64_t m, int64_t k, int64_
     uint8_t* pan = out + panel * kblocks * mr * 64;
     for (int64_t r = 0; r < mr; ++r) {
       const int64_t row = panel * mr + r;
-      const float* src = x + row * ldx;
       for (int64_t kb = 0; kb < kblocks; ++kb) {
         __m512i v = _mm512_setzero_si512();
         if (row < m) {
+          const float* src = x + row * ldx;
           const int64_t k0 = kb * 32;
           const int64_t left = k - k0;
           const __mmask16 lo = left >= 16 ? __mmask16(0xffff) : __mmask16((1u << left) - 1);
@@ -89,8 +88,9 @@ struct OutBlock {
 };
 
 // C tile T <- the running sum of its block: bias (or zero) on the first k block, else the
-// stored partial sums. Partial blocks go through `stage` ([16][16] f32), so nothing outside
-// the output is read or written.
+// stored partial sums (the Tile contract; with whole_k the driver passes every k at once, so
+// always the first). Partial blocks go through `stage` ([16][16] f32), so nothing outside the
+// output is read or written.
 template <int T>
 void start_block(const OutBlock& o, const Tile& t, int col0, float* stage) {
   if (t.first) {
@@ -218,11 +218,11 @@ void tile(const Tile& t) {
 float amx_bf16_peak_loop(int64_t iters) {
   ensure_tiles();
   // Four independent C tiles, each A and B used twice: the tile unit's throughput.
-  alignas(64) static const uint16_t ones[16 * 32] = {};  // zeros: the values do not matter
-  amx::load<4>(ones, 64);
-  amx::load<5>(ones, 64);
-  amx::load<6>(ones, 64);
-  amx::load<7>(ones, 64);
+  alignas(64) static const uint16_t zeros[16 * 32] = {};  // the values do not matter
+  amx::load<4>(zeros, 64);
+  amx::load<5>(zeros, 64);
+  amx::load<6>(zeros, 64);
+  amx::load<7>(zeros, 64);
   amx::zero<0>();
   amx::zero<1>();
   amx::zero<2>();
@@ -241,7 +241,7 @@ float amx_bf16_peak_loop(int64_t iters) {
 const KernelSet& amx_bf16_kernels() {
   // Measured on a 2-core Xeon with AMX (bench_gemm, Qwen3-0.6B shapes): sums kept in the tiles
   // over the whole k ran M = 512 at 1.5-2x the rate of 128-pair k blocks (each of which stores
-  // and reloads 4 KiB of C), and 4 x panels an M block beat 2 and 8 (within the noise).
+  // and reloads 4 KiB of C); 2, 4 and 8 x panels an M block ran within the noise of each other.
   static const KernelSet set{kMr,
                              kNb,
                              4,

@@ -169,6 +169,8 @@ struct AmxQTile {
   int rows;              // 1..16
   int ncols;             // 1..16
 };
+// Whether the AMX INT8 tiles take weights of layout l (int8, per row or in groups of a multiple
+// of 64 k: a B tile of 64 k must not straddle a group's header).
 bool amx_qgemm8_supports(const QuantLayout& l);
 int64_t amx_plane_k(const QuantLayout& l);  // k of a plane row: kpad rounded up to 64
 // Row `row` of int16 codes [kpad] -> its high (code >> 8, signed) and low (code & 255) bytes in

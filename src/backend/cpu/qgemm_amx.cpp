@@ -17,7 +17,6 @@
 // and 5 (lo), B tiles 6 and 7.
 #include <immintrin.h>
 
-#include <algorithm>
 #include <cstring>
 
 #include "backend/cpu/amx_tiles.h"
