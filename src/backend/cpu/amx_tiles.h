@@ -5,6 +5,8 @@
 // (isa.h), which also asked Linux for the tile state.
 #include <cstdint>
 
+#include "util/check.h"
+
 namespace nanovllm::cpu::detail::amx {
 
 // "memory": the loads read (and the stores write) memory the compiler does not see as operands.
@@ -55,10 +57,12 @@ struct alignas(64) TileConfig {
 };
 
 // Makes `config` (a static object) the calling thread's tile configuration, loading it only when
-// the thread's last one was another (loading clears every tile).
-inline void use(const TileConfig& config) {
+// the thread's last one was another (loading clears every tile). `available` (cpu_has_amx_bf16
+// or cpu_has_amx_int8) is checked then, not on every call.
+inline void use(const TileConfig& config, bool (*available)()) {
   thread_local const TileConfig* loaded = nullptr;
   if (loaded == &config) return;
+  NV_CHECK(available(), "AMX tiles are not available to this process");
   asm volatile("ldtilecfg\t%0" ::"m"(config));
   loaded = &config;
 }

@@ -39,10 +39,7 @@ constexpr int64_t kPanelStepBytes = int64_t(kMr) * 64;        // one step of an 
 constexpr amx::TileConfig kConfig = {
     1, 0, {}, {64, 64, 64, 64, 64, 64, 64, 64}, {16, 16, 16, 16, 16, 16, 16, 16}};
 
-inline void ensure_tiles() {
-  NV_CHECK(cpu_has_amx_bf16(), "AMX BF16 tiles are not available to this process");
-  amx::use(kConfig);
-}
+inline void ensure_tiles() { amx::use(kConfig, cpu_has_amx_bf16); }
 
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma")
@@ -57,6 +54,9 @@ void pack_x(void* dst, const float* x, int64_t ldx, int64_t m, int64_t k, int64_
     uint8_t* pan = out + panel * kblocks * mr * 64;
     for (int64_t r = 0; r < mr; ++r) {
       const int64_t row = panel * mr + r;
+      // A panel of at most 16 rows is read by one-half tiles only (A tile 4): its rows 16-31
+      // stay unwritten (decode would otherwise zero 16 rows of x per call).
+      if (r >= 16 && panel * mr + 16 >= m) break;
       for (int64_t kb = 0; kb < kblocks; ++kb) {
         __m512i v = _mm512_setzero_si512();
         if (row < m) {

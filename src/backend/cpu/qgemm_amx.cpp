@@ -55,23 +55,27 @@ bool amx_qgemm8_supports(const QuantLayout& l) {
 }
 
 void amx_x_planes(const int16_t* q, int64_t kpad, int64_t kp, int64_t row, uint8_t* planes) {
-  static constexpr int kPerm[4] = {0, 2, 1, 3};
+  // Lane i of 32 codes takes code (i & ~3) + {0, 2, 1, 3}[i & 3]: the blocks' order in 4 k.
+  alignas(64) static constexpr int16_t kIdx[32] = {0,  2,  1,  3,  4,  6,  5,  7,  8,  10, 9,
+                                                   11, 12, 14, 13, 15, 16, 18, 17, 19, 20, 22,
+                                                   21, 23, 24, 26, 25, 27, 28, 30, 29, 31};
+  const __m512i idx = _mm512_load_si512(kIdx);
   uint8_t* base = planes + (row / kRows) * kp * 2 * kRows + (row % kRows) * kStepK;
-  for (int64_t k = 0; k < kp; k += 4) {
+  for (int64_t k = 0; k < kp; k += 32) {
+    const int64_t left = kpad - k;
+    const __mmask32 mask = left >= 32 ? ~__mmask32(0) : left <= 0 ? 0 : (1u << left) - 1;
+    const __m512i c = _mm512_permutexvar_epi16(idx, _mm512_maskz_loadu_epi16(mask, q + k));
     uint8_t* hi = base + (k / kStepK) * 2 * kRows * kStepK + k % kStepK;
     uint8_t* lo = hi + kRows * kStepK;
-    for (int j = 0; j < 4; ++j) {
-      const int64_t src = k + kPerm[j];
-      const int16_t c = src < kpad ? q[src] : int16_t(0);
-      hi[j] = uint8_t(int8_t(c >> 8));
-      lo[j] = uint8_t(c & 0xff);
-    }
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(hi),
+                        _mm512_maskz_cvtepi16_epi8(~__mmask32(0), _mm512_srai_epi16(c, 8)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(lo),
+                        _mm512_maskz_cvtepi16_epi8(~__mmask32(0), c));
   }
 }
 
 void amx_qtile8(const AmxQTile& t) {
-  NV_CHECK(cpu_has_amx_int8(), "AMX INT8 tiles are not available to this process");
-  amx::use(kConfig);
+  amx::use(kConfig, cpu_has_amx_int8);
   const QuantLayout& l = *t.layout;
   const bool grouped = l.scheme.group > 0;
   const int blocks = (t.ncols + 7) / 8;  // 1 or 2
@@ -154,8 +158,7 @@ void amx_qtile8(const AmxQTile& t) {
 #pragma GCC pop_options
 
 void amx_int8_peak_loop(int64_t iters) {
-  NV_CHECK(cpu_has_amx_int8(), "AMX INT8 tiles are not available to this process");
-  amx::use(kConfig);
+  amx::use(kConfig, cpu_has_amx_int8);
   alignas(64) static const uint8_t zeros[16 * 64] = {};  // the values do not matter
   amx::load<4>(zeros, 64);
   amx::load<5>(zeros, 64);

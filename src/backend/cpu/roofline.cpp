@@ -245,19 +245,29 @@ bool bf16_dot_outruns_fma512() {
   return dot > fma * 12.0 / 13.0;
 }
 
-Ceiling measure_gemm_peak(ThreadPool& pool, GemmIsa isa) {
-  const double flops_per_iter = peak_loop_flops(isa);
-  const int64_t iters = 1 << 16;  // ~5 ms a pass at a few GHz
-  volatile float sink = 0.0f;
-  // Ramp the clocks up first (untimed), then 15 timed passes.
-  for (int rep = 0; rep < 4; ++rep) pool.run_on_all([&](int) { sink = sink + peak_loop(isa, iters); });
+namespace {
+
+// The best of 15 timed passes of `loop` on every thread (after 4 untimed ones that ramp the
+// clocks up), in G ops a second; `ops` per pass per thread.
+template <class Loop>
+Ceiling time_peak(ThreadPool& pool, double ops, Loop loop) {
+  for (int rep = 0; rep < 4; ++rep) pool.run_on_all([&](int) { loop(); });
   std::vector<double> runs;
   for (int rep = 0; rep < 15; ++rep) {
     auto t0 = Clock::now();
-    pool.run_on_all([&](int) { sink = sink + peak_loop(isa, iters); });
-    runs.push_back(flops_per_iter * double(iters) * pool.size() / seconds_since(t0) / 1e9);
+    pool.run_on_all([&](int) { loop(); });
+    runs.push_back(ops * pool.size() / seconds_since(t0) / 1e9);
   }
   return summarize(std::move(runs), std::to_string(pool.size()) + " threads");
+}
+
+}  // namespace
+
+Ceiling measure_gemm_peak(ThreadPool& pool, GemmIsa isa) {
+  const int64_t iters = 1 << 16;  // ~5 ms a pass at a few GHz
+  volatile float sink = 0.0f;
+  return time_peak(pool, peak_loop_flops(isa) * double(iters),
+                   [&] { sink = sink + peak_loop(isa, iters); });
 }
 
 Ceiling measure_qgemm_peak(ThreadPool& pool, QGemmIsa isa, QuantFormat format) {
@@ -265,17 +275,9 @@ Ceiling measure_qgemm_peak(ThreadPool& pool, QGemmIsa isa, QuantFormat format) {
   if (isa == QGemmIsa::AMX_INT8 && !int4) {
     // Each iteration: 2 tdpbssd + 2 tdpbusd on 16 x 8-column tiles, 2 x 16 x 8 x 64 products of
     // a 15-bit x code and an int8 weight (a high- and a low-byte instruction each).
-    const double ops = 2.0 * 2 * 16 * 8 * 64;
     const int64_t iters = 1 << 16;
-    for (int rep = 0; rep < 4; ++rep)
-      pool.run_on_all([&](int) { detail::amx_int8_peak_loop(iters); });
-    std::vector<double> runs;
-    for (int rep = 0; rep < 15; ++rep) {
-      auto t0 = Clock::now();
-      pool.run_on_all([&](int) { detail::amx_int8_peak_loop(iters); });
-      runs.push_back(ops * double(iters) * pool.size() / seconds_since(t0) / 1e9);
-    }
-    return summarize(std::move(runs), std::to_string(pool.size()) + " threads");
+    return time_peak(pool, 2.0 * 2 * 16 * 8 * 64 * double(iters),
+                     [&] { detail::amx_int8_peak_loop(iters); });
   }
   if (isa == QGemmIsa::AMX_INT8) isa = QGemmIsa::AVX512_VNNI;  // int4 runs the VNNI tiles
   const bool vnni = isa == QGemmIsa::AVX512_VNNI;
@@ -286,14 +288,7 @@ Ceiling measure_qgemm_peak(ThreadPool& pool, QGemmIsa isa, QuantFormat format) {
   // AVX2 pair they replace, vpmaddubsw's 64 and vpmaddwd's 32).
   const double ops = 12.0 * (vnni ? (int4 ? 128.0 : 64.0) : (int4 ? 64.0 : 32.0));
   const int64_t iters = 1 << 17;  // 1.5 M instructions a pass: ~0.3-0.6 ms
-  for (int rep = 0; rep < 4; ++rep) pool.run_on_all([&](int) { int_dot_loop(op, iters); });
-  std::vector<double> runs;
-  for (int rep = 0; rep < 15; ++rep) {
-    auto t0 = Clock::now();
-    pool.run_on_all([&](int) { int_dot_loop(op, iters); });
-    runs.push_back(ops * double(iters) * pool.size() / seconds_since(t0) / 1e9);
-  }
-  return summarize(std::move(runs), std::to_string(pool.size()) + " threads");
+  return time_peak(pool, ops * double(iters), [&] { int_dot_loop(op, iters); });
 }
 
 const char* qgemm_peak_name(QGemmIsa isa, QuantFormat format) {
