@@ -154,7 +154,7 @@ int main(int argc, char** argv) {
       std::memcpy(static_cast<uint8_t*>(packed.get()) + wbytes * size_t(c), packed.get(), wbytes);
     std::vector<uint16_t> bias(size_t(s.n), f32_to_bf16(0.5f));
 
-    for (int64_t m : {1, 4, 8, 16, 32, 64, 512}) {
+    for (int64_t m : {1, 2, 4, 8, 16, 32, 64, 512}) {
       if (m == 512 && s.n > 50000) continue;  // the engine runs lm_head on last tokens only
       std::vector<float> x(size_t(m * s.k));
       for (auto& v : x) v = std::uniform_real_distribution<float>(-1, 1)(rng);

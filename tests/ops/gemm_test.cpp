@@ -241,6 +241,65 @@ TEST(Gemm, RowsDoNotDependOnBatchSize) {
   }
 }
 
+// The AMX kernel set runs M = 1 and 2 on AVX-512 FMAs that replay tdpbf16ps's operations
+// (gemm_amx_rows.cpp) and larger M on the tiles: the same bits, also where the tile unit's
+// denormal rules decide (f32 denormal x, bf16 denormal weights, products and sums under the
+// smallest normal, signed zeros), which the random rows above never reach.
+TEST(Gemm, AmxFmaRowsEqualTilesOnEdgeValues) {
+  if (!cpu_has_amx_bf16()) {
+    std::printf("no AMX BF16 on this CPU: nothing to compare\n");
+    return;
+  }
+  std::mt19937 rng(4242);
+  auto pick = [&](const std::vector<float>& v) { return v[rng() % v.size()]; };
+  const std::vector<float> xs = {0.5f,  -0.75f, 1e-19f, -3e-19f, 1e-40f, -2e-39f, 0.0f,
+                                 -0.0f, 1e-25f, 7e15f,  -1.0f,   2e-19f, -1e-19f};
+  const std::vector<float> ws = {0.25f,  -1.5f, 1e-19f,  -2e-19f, 1e-15f,
+                                 0.0f,   -0.0f, -1e-15f, 3e-20f,  9.2e-41f /* bf16 denormal */,
+                                 -5e-39f};
+  ThreadPool pool(2);
+  for (auto [n, k] : std::vector<std::array<int64_t, 2>>{{40, 70}, {17, 33}, {64, 512}}) {
+    const int64_t m = 24;
+    std::vector<float> x(size_t(m * k));
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < k; ++j)  // rows 0-7: tiny values only (sums near FLT_MIN)
+        x[size_t(i * k + j)] = i < 8 ? pick({1e-19f, -3e-19f, 2e-19f, 1e-40f, -0.0f}) : pick(xs);
+    std::vector<uint16_t> w(size_t(n * k)), bias(static_cast<size_t>(n));
+    for (auto& v : w) v = f32_to_bf16(pick(ws));
+    for (auto& v : bias) v = f32_to_bf16(pick({0.0f, -0.0f, 1e-38f, 0.5f}));
+    auto packed = packed_alloc(n, k);
+    pack_weight(packed.get(), w.data(), n, k);
+    for (const uint16_t* b :
+         {static_cast<const uint16_t*>(nullptr), static_cast<const uint16_t*>(bias.data())}) {
+      std::vector<float> all(size_t(m * n));
+      gemm({all.data(), n, x.data(), k, packed.get(), b, m, n, k}, pool, GemmIsa::AMX_BF16);
+      for (int64_t rows : {1, 2}) {
+        for (int64_t r0 = 0; r0 + rows <= m; r0 += rows) {
+          std::vector<float> part(size_t(rows * n));
+          gemm({part.data(), n, x.data() + r0 * k, k, packed.get(), b, rows, n, k}, pool,
+               GemmIsa::AMX_BF16);
+          EXPECT_EQ(std::memcmp(part.data(), all.data() + r0 * n, part.size() * 4), 0)
+              << "n=" << n << " k=" << k << " rows " << r0 << ".." << r0 + rows - 1
+              << " bias=" << (b != nullptr);
+        }
+      }
+    }
+  }
+  // One k pair whose two products flush to -0: the chains end at -0, the tiles' zero padding of
+  // the 16-pair step turns them to +0, and -0 (bias) + (+0) is +0 where -0 + -0 would be -0.
+  const float x2[2] = {-1e-20f, -1e-20f};
+  const uint16_t w2[2] = {f32_to_bf16(1e-20f), f32_to_bf16(1e-20f)}, bias2 = 0x8000;
+  auto packed2 = packed_alloc(1, 2);
+  pack_weight(packed2.get(), w2, 1, 2);
+  std::vector<float> x24(48), out24(24);
+  for (int i = 0; i < 48; ++i) x24[size_t(i)] = x2[i % 2];
+  float out1 = NAN;
+  gemm({&out1, 1, x2, 2, packed2.get(), &bias2, 1, 1, 2}, pool, GemmIsa::AMX_BF16);
+  gemm({out24.data(), 1, x24.data(), 2, packed2.get(), &bias2, 24, 1, 2}, pool, GemmIsa::AMX_BF16);
+  EXPECT_EQ(std::signbit(out1), std::signbit(out24[0])) << out1 << " vs " << out24[0];
+  EXPECT_EQ(out1, 0.0f);
+}
+
 // The AVX-512 FMA kernels run the AVX2 kernels' operations in the same order per column: the same
 // bits on every path (wide tiles, blocked tiles, partial blocks, bias, several threads).
 TEST(Gemm, Avx512FmaEqualsAvx2BitForBit) {

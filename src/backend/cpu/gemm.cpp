@@ -70,7 +70,9 @@ void gemm_wide(const GemmArgs& a, ThreadPool& pool, const detail::KernelSet& ks)
   const int64_t nb =
       std::clamp<int64_t>(nblocks / (2 * threads), 1, std::max(1, ks.wide_nb(int(mr))));
   const int64_t ngroups = ceil_div(nblocks, nb);
-  const int64_t panel_bytes = kpairs * mr * int64_t(ks.pair_bytes);
+  const auto pack_x = ks.wide_pack_x ? ks.wide_pack_x : ks.pack_x;
+  const int64_t panel_bytes =
+      kpairs * mr * int64_t(ks.wide_pack_x ? ks.wide_pair_bytes : ks.pair_bytes);
   const int64_t block_stride = kpairs * kBlockPairBytes;
   const uint8_t* w = static_cast<const uint8_t*>(a.packed_w);
   // Bytes of group g's weights (its blocks are consecutive).
@@ -86,8 +88,8 @@ void gemm_wide(const GemmArgs& a, ThreadPool& pool, const detail::KernelSet& ks)
   auto row0 = [&](int64_t p) { return p * a.m / npass; };
   PackedX xp(a.scratch, size_t(npass * panel_bytes));
   for (int64_t p = 0; p < npass; ++p) {
-    ks.pack_x(static_cast<uint8_t*>(xp.get()) + p * panel_bytes, a.x + row0(p) * a.ldx, a.ldx,
-              row0(p + 1) - row0(p), a.k, mr, 0, 1);
+    pack_x(static_cast<uint8_t*>(xp.get()) + p * panel_bytes, a.x + row0(p) * a.ldx, a.ldx,
+           row0(p + 1) - row0(p), a.k, mr, 0, 1);
   }
 
   auto work = [&](int64_t g0, int64_t g1) {

@@ -10,9 +10,9 @@
 // the bias (or zero), kept in its C tile from the first step to the last (KernelSet::whole_k),
 // so a row's result depends neither on M, on its place in the tile nor on the thread split
 // (batch invariance). The bits differ from the AVX-512 kernels' (the tile unit sums in its own
-// order), which is why this kernel set serves every M once chosen, M = 1 included: there it
-// streams the weights through B tiles at 78-83% of the read bandwidth, where the AVX-512 FMA
-// kernels reach 89-90% (README, Decisions).
+// order), which is why this kernel set serves every M once chosen. M = 1 and 2 run that order on
+// AVX-512 FMAs (gemm_amx_rows.cpp: the same bits at the read bandwidth, where the tiles stream
+// the weights at 78-84% of it).
 #include <immintrin.h>
 
 #include <cstring>
@@ -242,22 +242,25 @@ const KernelSet& amx_bf16_kernels() {
   // Measured on a 2-core Xeon with AMX (bench_gemm, Qwen3-0.6B shapes): sums kept in the tiles
   // over the whole k ran M = 512 at 1.5-2x the rate of 128-pair k blocks (each of which stores
   // and reloads 4 KiB of C); 2, 4 and 8 x panels an M block ran within the noise of each other.
-  static const KernelSet set{kMr,
-                             kNb,
-                             4,
-                             pack_x,
-                             tile,
-                             0,
-                             nullptr,
-                             nullptr,
-                             0,
-                             0,
-                             /*mc_panels=*/4,
-                             /*balance_panels=*/false,
-                             /*prefetch_next=*/false,
-                             /*kpair_align=*/kStepPairs,
-                             /*whole_k=*/true,
-                             kOnePanelNb};
+  static const KernelSet set = [] {
+    KernelSet s{};
+    s.mr = kMr;
+    s.nb = kNb;
+    s.pair_bytes = 4;
+    s.pack_x = pack_x;
+    s.tile = tile;
+    s.mc_panels = 4;
+    s.kpair_align = kStepPairs;
+    s.whole_k = true;
+    s.one_panel_nb = kOnePanelNb;
+    // M = 1 and 2 on gemm_amx_rows.cpp's FMA tiles (the same bits): measured on a 2-core Xeon
+    // with AMX (bench_gemm, Qwen3-0.6B shapes), 86-94% of the read bandwidth against the tiles'
+    // 78-84%; at M = 3 even, from M = 4 the tiles are faster (FMA tiles 70-83%).
+    set_amx_bf16_rows_tiles(s);
+    s.wide_min_m = 1;
+    s.wide_max_m = 2;
+    return s;
+  }();
   return set;
 }
 

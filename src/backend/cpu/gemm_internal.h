@@ -78,12 +78,19 @@ struct KernelSet {
   bool whole_k = false;
   // Blocks per tile when M fits one x panel (0: nb).
   int one_panel_nb = 0;
+  // The wide tiles' own x packing (nullptr: pack_x, pair_bytes), panels of [kpairs][mr] pairs.
+  void (*wide_pack_x)(void* dst, const float* x, int64_t ldx, int64_t m, int64_t k, int64_t mr,
+                      int64_t panel_begin, int64_t panel_end) = nullptr;
+  size_t wide_pair_bytes = 0;
 };
 
 const KernelSet& avx512_bf16_kernels();
 const KernelSet& avx512_fma_kernels();
 const KernelSet& avx2_kernels();
 const KernelSet& amx_bf16_kernels();
+// Fills s.wide_* (but the M range) with gemm_amx_rows.cpp's tiles: the AMX tiles' bits for a few
+// rows, on AVX-512 FMAs.
+void set_amx_bf16_rows_tiles(KernelSet& s);
 // A loop of tdpbf16ps on four independent tiles, 4 x 16 x 16 x 32 multiply-adds an iteration
 // (the AMX ceiling of roofline.h); needs cpu_has_amx_bf16().
 float amx_bf16_peak_loop(int64_t iters);
