@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
+#include <new>
 
 #include "backend/cpu/isa.h"
 #include "runtime/tensor.h"
@@ -153,14 +155,19 @@ const char* qgemm_isa_name(QGemmIsa isa) {
 
 namespace {
 
+struct AlignedFree {
+  void operator()(uint8_t* p) const { ::operator delete(p, std::align_val_t(64)); }
+};
+
 // Bytes of the x planes of an m-row batch: two bytes a code, rows rounded up to 16.
 size_t amx_planes_bytes(const QuantLayout& l, int64_t m) {
   return size_t(2 * ((m + 15) / 16 * 16) * detail::amx_plane_k(l));
 }
 
 // The AMX INT8 tiles over the batch: its int16 codes (`codes`, [m][kpad]) split into the two
-// planes (`planes`, amx_planes_bytes), then each thread's units of 2 blocks, with every 16-row
-// panel of an M block (its planes in L2) in turn while the unit's weights stay in L1.
+// planes (`planes`, amx_planes_bytes), then each thread's units of 2 blocks (4 on the wide
+// tiles), with every 16-row panel of an M block (its planes in L2) in turn while the unit's
+// weights (the wide tiles: their 16-column copy) stay in L1.
 void amx_qgemm8(const QGemmArgs& a, ThreadPool& pool, const uint8_t* codes, const float* xscale,
                 void* planes) {
   const QuantLayout& l = *a.layout;
@@ -172,26 +179,48 @@ void amx_qgemm8(const QGemmArgs& a, ThreadPool& pool, const uint8_t* codes, cons
     for (int64_t r = r0; r < r1; ++r)
       detail::amx_x_planes(reinterpret_cast<const int16_t*>(codes) + r * l.kpad, l.kpad, kp, r, x);
   });
-  const int64_t units = (l.nblocks + 1) / 2;
+  // From kAmxWideRows rows, 4 blocks a tile on 16-column B tiles (their copy made once an M
+  // block); below, 2 blocks on the packed 8-column ones as they lie.
+  const bool wide = m >= detail::kAmxWideRows;
+  const int64_t ublocks = wide ? 4 : 2;
+  const int64_t units = (l.nblocks + ublocks - 1) / ublocks;
   const int64_t chunk = std::clamp<int64_t>(units / (pool.size() * 8), 1, 8);
   // Rows a block whose planes stay in L2 (512 KiB) while a chunk's units stream past them.
   const int64_t mc = std::max<int64_t>(16, (int64_t(512) << 10) / (kp * 2) / 16 * 16);
+  const size_t pair_bytes = wide ? detail::amx_pair_tiles_bytes(l) : 0;
   run_chunks(pool, units, chunk, [&](int64_t u0, int64_t u1) {
+    std::unique_ptr<uint8_t[], AlignedFree> btiles;
+    if (wide)
+      btiles.reset(static_cast<uint8_t*>(::operator new(2 * pair_bytes, std::align_val_t(64))));
     for (int64_t m0 = 0; m0 < m; m0 += mc) {
       for (int64_t u = u0; u < u1; ++u) {
-        const int64_t b = 2 * u;
+        const int64_t b = ublocks * u;
+        const uint8_t* w = static_cast<const uint8_t*>(a.packed_w) + size_t(b) * l.block_bytes;
+        if (wide) {
+          auto blk = [&](int64_t i) {
+            return w + size_t(b + i < l.nblocks ? i : 0) * l.block_bytes;
+          };
+          detail::amx_pair_tiles(l, blk(0), blk(1), btiles.get());
+          detail::amx_pair_tiles(l, blk(2), blk(3), btiles.get() + pair_bytes);
+        }
         for (int64_t r = m0; r < std::min(m, m0 + mc); r += 16) {
           detail::AmxQTile t;
           t.x = x + r * kp * 2;
           t.xscale = xscale + r;
-          t.w = static_cast<const uint8_t*>(a.packed_w) + size_t(b) * l.block_bytes;
+          t.w = w;
           t.layout = &l;
           t.out = a.out + r * a.ldo + b * kQBlockCols;
           t.ldo = a.ldo;
           t.bias = a.bias ? a.bias + b * kQBlockCols : nullptr;
           t.rows = int(std::min<int64_t>(16, m - r));
-          t.ncols = int(std::min<int64_t>(2 * kQBlockCols, l.n - b * kQBlockCols));
-          detail::amx_qtile8(t);
+          t.ncols = int(std::min<int64_t>(ublocks * kQBlockCols, l.n - b * kQBlockCols));
+          if (wide) {
+            t.b = btiles.get();
+            t.pair_bytes = pair_bytes;
+            detail::amx_qtile8_wide(t);
+          } else {
+            detail::amx_qtile8(t);
+          }
         }
       }
     }

@@ -156,6 +156,14 @@ constexpr int kQMaxBlocks = 4;
 // 0.23-0.24 against the AVX-512 VNNI tiles' 0.20; M = 16 0.24-0.25 against 0.33, M = 32 0.33
 // against 0.60, M = 512 2.9 against 8.7.
 constexpr int64_t kAmxMinRows = 16;
+// From this many rows the AMX INT8 tiles are 16 rows x 4 blocks on 16-column B tiles
+// (amx_qtile8_wide): half the tile instructions for the same sums, and a copy of each unit's
+// weights per M block. Measured on the same machine (bench_gemm --quant int8, two rounds, ms):
+// M = 512 qkv 2.60 against 3.05-3.19, o_proj 1.52-1.55 against 1.67-1.68, M = 64 qkv 0.41-0.42
+// against 0.51-0.65; M = 32 within a few % (0.30 against 0.33-0.41 qkv); M = 16 5-10% slower
+// (0.13 against 0.12 o_proj). 512-token prefill of the qwen3-0.6b preset: 0.64-0.81 s against
+// 0.85-0.88.
+constexpr int64_t kAmxWideRows = 32;
 struct AmxQTile {
   // The x codes of the tile's 16 rows (zero past the batch) split in two planes (amx_x_planes):
   // per 64 k, a 16 x 64-byte A tile of the high bytes, then one of the low bytes.
@@ -167,7 +175,11 @@ struct AmxQTile {
   int64_t ldo;
   const uint16_t* bias;  // bf16, at the tile's first column, or nullptr
   int rows;              // 1..16
-  int ncols;             // 1..16
+  int ncols;             // 1..16 (amx_qtile8_wide: 1..32)
+  // amx_qtile8_wide: the 16-column B tiles of the tile's blocks 0-1 (b) and 2-3 (b + pair_bytes),
+  // amx_pair_tiles' layout.
+  const uint8_t* b = nullptr;
+  size_t pair_bytes = 0;
 };
 // Whether the AMX INT8 tiles take weights of layout l (int8, per row or in groups of a multiple
 // of 64 k: a B tile of 64 k must not straddle a group's header).
@@ -178,6 +190,13 @@ int64_t amx_plane_k(const QuantLayout& l);  // k of a plane row: kpad rounded up
 // 4 k, zero past kpad.
 void amx_x_planes(const int16_t* q, int64_t kpad, int64_t kp, int64_t row, uint8_t* planes);
 void amx_qtile8(const AmxQTile& t);
+// Blocks w0 and w1 (8 columns each) side by side as 16-column B tiles, [steps][16][64] bytes:
+// every group starts a step of 64 k, its last step zero-padded. amx_pair_tiles_bytes: their size.
+size_t amx_pair_tiles_bytes(const QuantLayout& l);
+void amx_pair_tiles(const QuantLayout& l, const uint8_t* w0, const uint8_t* w1, uint8_t* dst);
+// 16 rows x 4 blocks on full-width tiles (t.b: amx_pair_tiles of blocks 0-1 and 2-3): half the
+// tile instructions of amx_qtile8 for the same sums, the same bits.
+void amx_qtile8_wide(const AmxQTile& t);
 // x row [0, k) to the codes the tiles read, padded with zeros to kpad (AVX2): for int8 weights
 // int16 codes of scale max|x| / 16383 (*xscale); for int4 weights int8 codes in each group g of
 // scale xscale[g] = max|x_group| / 127, with xsum[g] = xscale[g] * the sum of its codes. Codes

@@ -155,6 +155,119 @@ void amx_qtile8(const AmxQTile& t) {
   }
 }
 
+// The wide tiles (amx_qtile8_wide): 16-column B tiles of 16 rows x 64 bytes, C tiles of 16 x 16.
+constexpr amx::TileConfig kWideConfig = {
+    1, 0, {}, {64, 64, 64, 64, 64, 64, 64, 64}, {16, 16, 16, 16, 16, 16, 16, 16}};
+
+size_t amx_pair_tiles_bytes(const QuantLayout& l) {
+  int64_t steps = 0;
+  for (int64_t g = 0; g < l.groups; ++g) steps += (l.group_len(g) + kStepK - 1) / kStepK;
+  return size_t(steps) * 1024;
+}
+
+void amx_pair_tiles(const QuantLayout& l, const uint8_t* w0, const uint8_t* w1, uint8_t* dst) {
+  const bool grouped = l.scheme.group > 0;
+  int64_t off = grouped ? 0 : 32;
+  for (int64_t g = 0; g < l.groups; ++g) {
+    if (grouped) off += 32;
+    const int64_t len = l.group_len(g);
+    for (int64_t s = 0; s < len; s += kStepK, dst += 1024) {
+      const int64_t rows = (len - s) / 4 < 16 ? (len - s) / 4 : 16;  // kpad: a multiple of 8
+      const uint8_t* r0 = w0 + off + s * 8;
+      const uint8_t* r1 = w1 + off + s * 8;
+      for (int64_t i = 0; i < 16; ++i) {
+        __m256i v0 = _mm256_setzero_si256(), v1 = v0;
+        if (i < rows) {
+          v0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r0 + i * 32));
+          v1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r1 + i * 32));
+        }
+        _mm256_store_si256(reinterpret_cast<__m256i*>(dst + i * 64), v0);
+        _mm256_store_si256(reinterpret_cast<__m256i*>(dst + i * 64 + 32), v1);
+      }
+    }
+    off += len * 8;
+  }
+}
+
+void amx_qtile8_wide(const AmxQTile& t) {
+  amx::use(kWideConfig, cpu_has_amx_int8);
+  const QuantLayout& l = *t.layout;
+  const bool grouped = l.scheme.group > 0;
+  const uint8_t* w[4];
+  for (int b = 0; b < 4; ++b)
+    w[b] = t.w + (8 * b < t.ncols ? b : 0) * l.block_bytes;  // a missing block reads block 0
+  alignas(64) float accf[kRows][32] = {};
+  alignas(64) int32_t sums[4][kRows][16];
+  const uint8_t* b0 = t.b;
+  const uint8_t* b1 = t.b + t.pair_bytes;
+  int64_t off = grouped ? 0 : 32;  // bytes into each block (its group headers)
+  for (int64_t g = 0; g < l.groups; ++g) {
+    const int64_t len = l.group_len(g), k0 = g * l.kg;
+    const float* scale[4] = {};
+    if (grouped) {
+      for (int b = 0; b < 4; ++b) scale[b] = reinterpret_cast<const float*>(w[b] + off);
+      off += 32;
+    }
+    off += len * 8;
+    amx::zero<0>();
+    amx::zero<1>();
+    amx::zero<2>();
+    amx::zero<3>();
+    for (int64_t s = 0; s < len; s += kStepK, b0 += 1024, b1 += 1024) {
+      const uint8_t* a = t.x + (k0 + s) / kStepK * 2 * kRows * kStepK;
+      amx::load<4>(a, kStepK);
+      amx::load<5>(a + kRows * kStepK, kStepK);
+      amx::load<6>(b0, 64);
+      amx::load<7>(b1, 64);
+      amx::dp_ss<0, 4, 6>();
+      amx::dp_us<1, 5, 6>();
+      amx::dp_ss<2, 4, 7>();
+      amx::dp_us<3, 5, 7>();
+    }
+    amx::store<0>(sums[0], 64);
+    amx::store<1>(sums[1], 64);
+    amx::store<2>(sums[2], 64);
+    amx::store<3>(sums[3], 64);
+    for (int p = 0; p < 2; ++p) {
+      __m512 sc = _mm512_setzero_ps();
+      if (grouped)
+        sc = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(scale[2 * p])),
+                                _mm256_loadu_ps(scale[2 * p + 1]), 1);
+      for (int r = 0; r < t.rows; ++r) {
+        const __m512i hi = _mm512_load_si512(sums[2 * p][r]);
+        const __m512i lo = _mm512_load_si512(sums[2 * p + 1][r]);
+        const __m512 sum = _mm512_maskz_cvtepi32_ps(
+            0xffff, _mm512_add_epi32(_mm512_maskz_slli_epi32(0xffff, hi, 8), lo));
+        float* acc = accf[r] + 16 * p;
+        _mm512_store_ps(acc, grouped ? _mm512_fmadd_ps(sum, sc, _mm512_load_ps(acc))
+                                     : _mm512_add_ps(_mm512_load_ps(acc), sum));
+      }
+    }
+  }
+  for (int p = 0; p < 2 && 16 * p < t.ncols; ++p) {
+    const int cols = t.ncols - 16 * p;
+    const __mmask16 mask = cols >= 16 ? __mmask16(0xffff) : __mmask16((1u << cols) - 1);
+    __m512 wscale = _mm512_setzero_ps();
+    if (!grouped) {
+      wscale = _mm512_insertf32x8(
+          _mm512_castps256_ps512(_mm256_loadu_ps(reinterpret_cast<const float*>(w[2 * p]))),
+          _mm256_loadu_ps(reinterpret_cast<const float*>(w[2 * p + 1])), 1);
+    }
+    __m512 bias = _mm512_setzero_ps();
+    if (t.bias) {
+      const __m512i b =
+          _mm512_maskz_cvtepu16_epi32(0xffff, _mm256_maskz_loadu_epi16(mask, t.bias + 16 * p));
+      bias = _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xffff, b, 16));
+    }
+    for (int r = 0; r < t.rows; ++r) {
+      __m512 v = _mm512_mul_ps(_mm512_load_ps(accf[r] + 16 * p), _mm512_set1_ps(t.xscale[r]));
+      if (!grouped) v = _mm512_mul_ps(v, wscale);
+      if (t.bias) v = _mm512_add_ps(v, bias);
+      _mm512_mask_storeu_ps(t.out + r * t.ldo + 16 * p, mask, v);
+    }
+  }
+}
+
 #pragma GCC pop_options
 
 void amx_int8_peak_loop(int64_t iters) {
