@@ -94,7 +94,7 @@ void set_amx_bf16_rows_tiles(KernelSet& s);
 // A loop of tdpbf16ps on four independent tiles, 4 x 16 x 16 x 32 multiply-adds an iteration
 // (the AMX ceiling of roofline.h); needs cpu_has_amx_bf16().
 float amx_bf16_peak_loop(int64_t iters);
-// 2 tdpbssd + 2 tdpbusd on four independent 16 x 8-column int32 tiles an iteration (the AMX INT8
+// 2 tdpbssd + 2 tdpbusd on four independent 16 x 16 int32 tiles an iteration (the AMX INT8
 // tiles' ceiling); needs cpu_has_amx_int8().
 void amx_int8_peak_loop(int64_t iters);
 

@@ -271,12 +271,12 @@ void amx_qtile8_wide(const AmxQTile& t) {
 #pragma GCC pop_options
 
 void amx_int8_peak_loop(int64_t iters) {
-  amx::use(kConfig, cpu_has_amx_int8);
+  amx::use(kWideConfig, cpu_has_amx_int8);
   alignas(64) static const uint8_t zeros[16 * 64] = {};  // the values do not matter
   amx::load<4>(zeros, 64);
   amx::load<5>(zeros, 64);
-  amx::load<6>(zeros, 32);
-  amx::load<7>(zeros, 32);
+  amx::load<6>(zeros, 64);
+  amx::load<7>(zeros, 64);
   for (int64_t i = 0; i < iters; ++i) {
     amx::dp_ss<0, 4, 6>();
     amx::dp_us<1, 5, 6>();

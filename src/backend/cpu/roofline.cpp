@@ -273,10 +273,12 @@ Ceiling measure_gemm_peak(ThreadPool& pool, GemmIsa isa) {
 Ceiling measure_qgemm_peak(ThreadPool& pool, QGemmIsa isa, QuantFormat format) {
   const bool int4 = format == QuantFormat::Int4;
   if (isa == QGemmIsa::AMX_INT8 && !int4) {
-    // Each iteration: 2 tdpbssd + 2 tdpbusd on 16 x 8-column tiles, 2 x 16 x 8 x 64 products of
-    // a 15-bit x code and an int8 weight (a high- and a low-byte instruction each).
+    // Each iteration: 2 tdpbssd + 2 tdpbusd on 16 x 16 tiles (the wide tiles batches of 32 rows
+    // and more run; the 8-column ones below take as long an instruction for half the products),
+    // 2 x 16 x 16 x 64 products of a 15-bit x code and an int8 weight (a high- and a low-byte
+    // instruction each).
     const int64_t iters = 1 << 16;
-    return time_peak(pool, 2.0 * 2 * 16 * 8 * 64 * double(iters),
+    return time_peak(pool, 2.0 * 2 * 16 * 16 * 64 * double(iters),
                      [&] { detail::amx_int8_peak_loop(iters); });
   }
   if (isa == QGemmIsa::AMX_INT8) isa = QGemmIsa::AVX512_VNNI;  // int4 runs the VNNI tiles
@@ -295,7 +297,7 @@ const char* qgemm_peak_name(QGemmIsa isa, QuantFormat format) {
   const bool int4 = format == QuantFormat::Int4;
   switch (isa) {
     case QGemmIsa::AMX_INT8:
-      if (!int4) return "int16 x int8 products (AMX tdpbssd + tdpbusd, 8-column tiles)";
+      if (!int4) return "int16 x int8 products (AMX tdpbssd + tdpbusd, 16-column tiles)";
       [[fallthrough]];
     case QGemmIsa::AVX512_VNNI:
       return int4 ? "int8 dot (vpdpbusd zmm)" : "int16 dot (vpdpwssd zmm)";
