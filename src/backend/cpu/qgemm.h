@@ -160,8 +160,8 @@ constexpr int64_t kAmxMinRows = 16;
 // (amx_qtile8_wide): half the tile instructions for the same sums, and a copy of each unit's
 // weights per M block. Measured on the same machine (bench_gemm --quant int8, two rounds, ms):
 // M = 512 qkv 2.60 against 3.05-3.19, o_proj 1.52-1.55 against 1.67-1.68, M = 64 qkv 0.41-0.42
-// against 0.51-0.65; M = 32 within a few % (0.30 against 0.33-0.41 qkv); M = 16 5-10% slower
-// (0.13 against 0.12 o_proj). 512-token prefill of the qwen3-0.6b preset: 0.64-0.81 s against
+// against 0.51-0.65; M = 32 qkv 0.29-0.30 against 0.33-0.41, o_proj even; M = 16 5-10% slower
+// (o_proj 0.13 against 0.12). 512-token prefill of the qwen3-0.6b preset: 0.64-0.73 s against
 // 0.85-0.88.
 constexpr int64_t kAmxWideRows = 32;
 struct AmxQTile {
