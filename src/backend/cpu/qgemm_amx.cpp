@@ -14,7 +14,10 @@
 // order: byte 4q + j of a row holds the code of k 4q + perm[j], so the tile unit pairs them
 // right; each 16 rows x 64 k of a plane is one contiguous A tile (qgemm.h). A register tile is 16
 // rows x 16 columns (2 blocks): C tiles 0-3 (block 0's hi and lo sums, block 1's), A tiles 4 (hi)
-// and 5 (lo), B tiles 6 and 7.
+// and 5 (lo), B tiles 6 and 7. From kAmxWideRows rows the wide tiles (amx_qtile8_wide) take 16
+// rows x 32 columns (4 blocks): two blocks' rows copied side by side make a 16-column B tile
+// (amx_pair_tiles), for which a tile instruction takes no longer than for 8 columns; C tiles 0-1
+// hold columns 0-15's hi and lo sums, 2-3 columns 16-31's.
 #include <immintrin.h>
 
 #include <cstring>
