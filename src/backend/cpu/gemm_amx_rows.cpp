@@ -9,9 +9,10 @@
 // kernel runs exactly those operations, with MXCSR set to DAZ | FTZ for its duration; the k pairs
 // past the last 16-pair step's end, which the tiles multiply as zeros, add +0 to each chain.
 //
-// Why: with one x row (decode) the tiles run at 78-83% of the read bandwidth against 89-90% for
-// the AVX-512 FMA kernels (Xeon with AMX, 2 cores), and AMX must serve every M once chosen for
-// batch invariance. These tiles serve the small batches (KernelSet::wide_*) with the AMX bits.
+// Why: with one x row (decode) the tiles stream the weights at 78-84% of the read bandwidth
+// against 89-90% for the AVX-512 FMA kernels (Xeon with AMX, 2 cores), and AMX must serve every
+// M once chosen for batch invariance. These tiles serve M = 1 and 2 (KernelSet::wide_*) with the
+// AMX bits, at 86-94% there (bench_gemm; M = 3 ran even with the tiles, 4-6 slower).
 // x is packed as bf16-rounded f32 pairs ([kpairs][mr][2], the conversion the tiles' packing
 // does), the weights are the packed blocks as they are.
 #include <immintrin.h>
