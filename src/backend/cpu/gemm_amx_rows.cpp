@@ -146,8 +146,6 @@ void tile_kernel(const Tile& t) {
   _mm_setcsr(csr);
 }
 
-using TileFn = void (*)(const Tile&);
-
 // Blocks per tile for `rows` rows: as many as fit the registers (2 chains a row and block, 2
 // widened weights a block, 2 x broadcasts), 1 to kMaxNb.
 constexpr int wide_nb_of(int rows) {
@@ -157,25 +155,15 @@ constexpr int wide_nb_of(int rows) {
 }
 int wide_nb(int rows) { return wide_nb_of(rows < 1 ? 1 : rows); }
 
-template <int R, int NB>
-constexpr TileFn entry() {
+constexpr auto kTable = tile_table<kMaxRows, kMaxNb>([](auto r, auto nb) -> TileFn {
+  constexpr int R = decltype(r)::value, NB = decltype(nb)::value;
   if constexpr (NB <= wide_nb_of(R))
     return tile_kernel<R, NB>;
   else
     return nullptr;
-}
+});
 
-template <size_t... I>
-constexpr std::array<TileFn, sizeof...(I)> table(std::index_sequence<I...>) {
-  return {entry<int(I / kMaxNb) + 1, int(I % kMaxNb) + 1>()...};
-}
-
-constexpr auto kTable = table(std::make_index_sequence<size_t(kMaxRows* kMaxNb)>{});
-
-void tile(const Tile& t) {
-  const int nb = int((t.ncols + 15) / 16);
-  kTable[size_t((t.rows - 1) * kMaxNb + (nb - 1))](t);
-}
+void tile(const Tile& t) { run_tile<kMaxNb>(kTable, t); }
 
 #pragma GCC pop_options
 

@@ -167,31 +167,19 @@ void tile_kernel(const Tile& t) {
   }
 }
 
-using TileFn = void (*)(const Tile&);
-
 // Blocks per tile for a tile of `rows` rows: enough independent accumulators to cover the FMA
 // latency (8 or more), at most 12.
 constexpr int wide_nb(int rows) { return rows == 1 ? 4 : rows == 2 ? 2 : 1; }
 
-template <int R, int NB>
-constexpr TileFn entry() {
+constexpr auto kTable = tile_table<kMr, kMaxNb>([](auto r, auto nb) -> TileFn {
+  constexpr int R = decltype(r)::value, NB = decltype(nb)::value;
   if constexpr (NB <= wide_nb(R))
     return tile_kernel<R, NB>;
   else
     return nullptr;
-}
+});
 
-template <size_t... I>
-constexpr std::array<TileFn, sizeof...(I)> table(std::index_sequence<I...>) {
-  return {entry<int(I / kMaxNb) + 1, int(I % kMaxNb) + 1>()...};
-}
-
-constexpr auto kTable = table(std::make_index_sequence<size_t(kMr * kMaxNb)>{});
-
-void tile(const Tile& t) {
-  const int nb = int((t.ncols + 15) / 16);
-  kTable[size_t((t.rows - 1) * kMaxNb + (nb - 1))](t);
-}
+void tile(const Tile& t) { run_tile<kMaxNb>(kTable, t); }
 
 #pragma GCC pop_options
 

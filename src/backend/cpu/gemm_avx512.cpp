@@ -123,8 +123,6 @@ void tile_kernel(const Tile& t) {
   }
 }
 
-using TileFn = void (*)(const Tile&);
-
 template <int R, bool PF>
 TileFn pick_nb(int nb) {
   switch (nb) {
@@ -178,26 +176,15 @@ int wide_nb(int rows) {
   return nb < 1 ? 1 : (nb > kWideMaxNb ? kWideMaxNb : nb);
 }
 
-template <int R, int NB>
-constexpr TileFn wide_entry() {
+constexpr auto kWideTable = tile_table<kWideMaxRows, kWideMaxNb>([](auto r, auto nb) -> TileFn {
+  constexpr int R = decltype(r)::value, NB = decltype(nb)::value;
   if constexpr (R * NB <= kWideAcc || NB == 1)
     return tile_kernel<R, NB, true, kWidePrefetchBytes / NB / 64 * 64, NB == 1>;
   else
     return nullptr;
-}
+});
 
-template <size_t... I>
-constexpr std::array<TileFn, sizeof...(I)> wide_table(std::index_sequence<I...>) {
-  return {wide_entry<int(I / kWideMaxNb) + 1, int(I % kWideMaxNb) + 1>()...};
-}
-
-constexpr auto kWideTable =
-    wide_table(std::make_index_sequence<size_t(kWideMaxRows * kWideMaxNb)>{});
-
-void tile_wide(const Tile& t) {
-  const int nb = int((t.ncols + 15) / 16);
-  kWideTable[size_t((t.rows - 1) * kWideMaxNb + (nb - 1))](t);
-}
+void tile_wide(const Tile& t) { run_tile<kWideMaxNb>(kWideTable, t); }
 
 #pragma GCC pop_options
 

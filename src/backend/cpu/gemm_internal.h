@@ -10,8 +10,11 @@
 // (4 bytes) for AVX-512 BF16, or two bf16-rounded f32 (8 bytes) for AVX2. Rows past m and the
 // odd k padding are zero. The AMX kernels' panels are [ceil(k/32)][mr][16] bf16 pairs instead
 // (gemm_amx.cpp).
+#include <array>
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
+#include <utility>
 
 namespace nanovllm::cpu::detail {
 
@@ -83,6 +86,28 @@ struct KernelSet {
                       int64_t panel_begin, int64_t panel_end) = nullptr;
   size_t wide_pair_bytes = 0;
 };
+
+using TileFn = void (*)(const Tile&);
+
+// A kernel set's register tiles for 1..MaxRows rows x 1..MaxNb 16-column blocks, in run_tile's
+// order: entry(std::integral_constant<int, R>, std::integral_constant<int, NB>) returns the tile
+// of R rows and NB blocks, or nullptr where it does not fit the registers (the driver asks only
+// for what the set's wide_nb allows).
+template <int MaxRows, int MaxNb, class Entry>
+constexpr std::array<TileFn, size_t(MaxRows* MaxNb)> tile_table(Entry entry) {
+  return [&]<size_t... I>(std::index_sequence<I...>) {
+    return std::array<TileFn, sizeof...(I)>{
+        entry(std::integral_constant<int, int(I / MaxNb) + 1>(),
+              std::integral_constant<int, int(I % MaxNb) + 1>())...};
+  }
+  (std::make_index_sequence<size_t(MaxRows * MaxNb)>());
+}
+
+// Runs the table's tile for t.rows rows and t.ncols columns.
+template <int MaxNb, size_t N>
+inline void run_tile(const std::array<TileFn, N>& table, const Tile& t) {
+  table[size_t((t.rows - 1) * MaxNb + (t.ncols + 15) / 16 - 1)](t);
+}
 
 const KernelSet& avx512_bf16_kernels();
 const KernelSet& avx512_fma_kernels();
