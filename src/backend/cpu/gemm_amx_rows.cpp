@@ -36,7 +36,9 @@ constexpr unsigned kDazFtz = 0x8040;  // MXCSR: flush to zero (bit 15), denormal
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16,avx2,fma")
 
 // x rows -> [kpairs][mr][2] f32 holding bf16 values (vcvtneps2bf16, as the tiles' pack_x);
-// rows past m and the odd k's last half are zero.
+// rows past m and the odd k's last half are zero. Not the AVX2 kernels' pack_x (the same layout):
+// it rounds f32 denormals to nearest, so the largest become the smallest normal bf16, which DAZ
+// does not zero, where vcvtneps2bf16 gives a signed zero as the tiles read it.
 void pack_x(void* dst, const float* x, int64_t ldx, int64_t m, int64_t k, int64_t mr,
             int64_t panel_begin, int64_t panel_end) {
   const int64_t kpairs = (k + 1) / 2;

@@ -3,8 +3,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <memory>
-#include <new>
 
 #include "backend/cpu/isa.h"
 #include "runtime/tensor.h"
@@ -155,21 +153,23 @@ const char* qgemm_isa_name(QGemmIsa isa) {
 
 namespace {
 
-struct AlignedFree {
-  void operator()(uint8_t* p) const { ::operator delete(p, std::align_val_t(64)); }
-};
-
 // Bytes of the x planes of an m-row batch: two bytes a code, rows rounded up to 16.
 size_t amx_planes_bytes(const QuantLayout& l, int64_t m) {
   return size_t(2 * ((m + 15) / 16 * 16) * detail::amx_plane_k(l));
 }
 
+// Bytes of the wide tiles' weight copies: two pairs of blocks a thread (none below
+// kAmxWideRows rows).
+size_t amx_btiles_bytes(const QuantLayout& l, int64_t m, int threads) {
+  return m >= detail::kAmxWideRows ? size_t(threads) * 2 * detail::amx_pair_tiles_bytes(l) : 0;
+}
+
 // The AMX INT8 tiles over the batch: its int16 codes (`codes`, [m][kpad]) split into the two
 // planes (`planes`, amx_planes_bytes), then each thread's units of 2 blocks (4 on the wide
 // tiles), with every 16-row panel of an M block (its planes in L2) in turn while the unit's
-// weights (the wide tiles: their 16-column copy) stay in L1.
+// weights (the wide tiles: their 16-column copy, in `btiles`: amx_btiles_bytes) stay in L1.
 void amx_qgemm8(const QGemmArgs& a, ThreadPool& pool, const uint8_t* codes, const float* xscale,
-                void* planes) {
+                void* planes, uint8_t* btiles) {
   const QuantLayout& l = *a.layout;
   const int64_t m = a.m, kp = detail::amx_plane_k(l), m16 = (m + 15) / 16 * 16;
   uint8_t* x = static_cast<uint8_t*>(planes);
@@ -188,10 +188,8 @@ void amx_qgemm8(const QGemmArgs& a, ThreadPool& pool, const uint8_t* codes, cons
   // Rows a block whose planes stay in L2 (512 KiB) while a chunk's units stream past them.
   const int64_t mc = std::max<int64_t>(16, (int64_t(512) << 10) / (kp * 2) / 16 * 16);
   const size_t pair_bytes = wide ? detail::amx_pair_tiles_bytes(l) : 0;
-  run_chunks(pool, units, chunk, [&](int64_t u0, int64_t u1) {
-    std::unique_ptr<uint8_t[], AlignedFree> btiles;
-    if (wide)
-      btiles.reset(static_cast<uint8_t*>(::operator new(2 * pair_bytes, std::align_val_t(64))));
+  run_chunks(pool, units, chunk, [&](int64_t u0, int64_t u1, int thread) {
+    uint8_t* bt = btiles + size_t(thread) * 2 * pair_bytes;  // this thread's copies
     for (int64_t m0 = 0; m0 < m; m0 += mc) {
       for (int64_t u = u0; u < u1; ++u) {
         const int64_t b = ublocks * u;
@@ -200,8 +198,8 @@ void amx_qgemm8(const QGemmArgs& a, ThreadPool& pool, const uint8_t* codes, cons
           auto blk = [&](int64_t i) {
             return w + size_t(b + i < l.nblocks ? i : 0) * l.block_bytes;
           };
-          detail::amx_pair_tiles(l, blk(0), blk(1), btiles.get());
-          detail::amx_pair_tiles(l, blk(2), blk(3), btiles.get() + pair_bytes);
+          detail::amx_pair_tiles(l, blk(0), blk(1), bt);
+          detail::amx_pair_tiles(l, blk(2), blk(3), bt + pair_bytes);
         }
         for (int64_t r = m0; r < std::min(m, m0 + mc); r += 16) {
           detail::AmxQTile t;
@@ -215,7 +213,7 @@ void amx_qgemm8(const QGemmArgs& a, ThreadPool& pool, const uint8_t* codes, cons
           t.rows = int(std::min<int64_t>(16, m - r));
           t.ncols = int(std::min<int64_t>(ublocks * kQBlockCols, l.n - b * kQBlockCols));
           if (wide) {
-            t.b = btiles.get();
+            t.b = bt;
             t.pair_bytes = pair_bytes;
             detail::amx_qtile8_wide(t);
           } else {
@@ -244,10 +242,11 @@ void qgemm(const QGemmArgs& a, ThreadPool& pool, QGemmIsa isa) {
                    detail::amx_qgemm8_supports(l);
   const size_t sum_bytes_aligned = (sum_bytes + 63) / 64 * 64;
   const size_t plane_bytes = amx ? amx_planes_bytes(l, m) : 0;
+  const size_t btile_bytes = amx ? amx_btiles_bytes(l, m, pool.size()) : 0;
   GemmScratch own;
   GemmScratch& scratch = a.scratch ? *a.scratch : own;
-  uint8_t* base =
-      static_cast<uint8_t*>(scratch.reserve(xq_bytes + xs_bytes + sum_bytes_aligned + plane_bytes));
+  uint8_t* base = static_cast<uint8_t*>(
+      scratch.reserve(xq_bytes + xs_bytes + sum_bytes_aligned + plane_bytes + btile_bytes));
   float* xscale = reinterpret_cast<float*>(base + xq_bytes);
   float* xsum = int4 ? reinterpret_cast<float*>(base + xq_bytes + xs_bytes) : nullptr;
   auto quantize_rows = [&](int64_t r0, int64_t r1) {
@@ -268,7 +267,8 @@ void qgemm(const QGemmArgs& a, ThreadPool& pool, QGemmIsa isa) {
   }
 
   if (amx) {
-    amx_qgemm8(a, pool, base, xscale, base + xq_bytes + xs_bytes + sum_bytes_aligned);
+    uint8_t* planes = base + xq_bytes + xs_bytes + sum_bytes_aligned;
+    amx_qgemm8(a, pool, base, xscale, planes, planes + plane_bytes);
     return;
   }
   // AVX2 (and AVX-VNNI) tiles: 4 rows x 2 blocks, or 1 row x 4 blocks (a lone row streams 4

@@ -9,6 +9,7 @@
 #include <functional>
 #include <mutex>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 namespace nanovllm::cpu {
@@ -57,17 +58,22 @@ class ThreadPool {
   std::exception_ptr error_;  // the first exception a worker's chunk threw, rethrown by the caller
 };
 
-// Calls fn(u0, u1) on chunks of `chunk` units covering [0, units), which the pool's threads
-// claim in order from a shared counter rather than as fixed shares (ThreadPool::run_shared): a
+// Calls fn(u0, u1) on chunks of `chunk` units covering [0, units) (fn(u0, u1, thread) where fn
+// takes the claiming thread's index too: per-thread scratch), which the pool's threads claim in
+// order from a shared counter rather than as fixed shares (ThreadPool::run_shared): a
 // thread that starts late (woken from sleep, or sharing its core with another process) or
 // streams memory more slowly costs only the chunks it takes, and none once the others have
 // taken them all.
 template <typename Fn>
 void run_chunks(ThreadPool& pool, int64_t units, int64_t chunk, const Fn& fn) {
   std::atomic<int64_t> next{0};
-  auto run = [&](int) {
-    for (int64_t u0; (u0 = next.fetch_add(chunk, std::memory_order_relaxed)) < units;)
-      fn(u0, std::min(units, u0 + chunk));
+  auto run = [&](int thread) {
+    for (int64_t u0; (u0 = next.fetch_add(chunk, std::memory_order_relaxed)) < units;) {
+      if constexpr (std::is_invocable_v<const Fn&, int64_t, int64_t, int>)
+        fn(u0, std::min(units, u0 + chunk), thread);
+      else
+        fn(u0, std::min(units, u0 + chunk));
+    }
   };
   if (pool.size() == 1 || units <= chunk)
     run(0);
