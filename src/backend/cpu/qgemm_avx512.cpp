@@ -124,8 +124,9 @@ void qtile8(const QTile& t) {
     for (int64_t pr = 0; pr < pairs; pr += 2) {
       const int64_t o = off + pr * 16;
       for (int p = 0; p < NP; ++p) {
-        _mm_prefetch(reinterpret_cast<const char*>(w[2 * p] + o + ahead), _MM_HINT_T0);
-        _mm_prefetch(reinterpret_cast<const char*>(w[2 * p + 1] + o + ahead), _MM_HINT_T0);
+        for (int i = 2 * p; i < 2 * p + 2; ++i)
+          _mm_prefetch(ahead_of(w[i], size_t(o), ahead, R <= kQMaxRows, 2 * NP, l.block_bytes),
+                       _MM_HINT_T0);
         const __m512i raw = load_pair(w[2 * p], w[2 * p + 1], o);
         const __m512i q0 = _mm512_srai_epi16(_mm512_slli_epi16(raw, 8), 8);
         const __m512i q1 = _mm512_srai_epi16(raw, 8);
@@ -193,9 +194,10 @@ void qtile4(const QTile& t) {
     for (int64_t o = 0; o < rows8; ++o) {
       __m512i lo[NP], hi[NP];  // k 0..3 and 4..7 of each column
       for (int p = 0; p < NP; ++p) {
-        _mm_prefetch(reinterpret_cast<const char*>(w[2 * p] + off + o * 32 + ahead), _MM_HINT_T0);
-        _mm_prefetch(reinterpret_cast<const char*>(w[2 * p + 1] + off + o * 32 + ahead),
-                     _MM_HINT_T0);
+        const size_t pos = size_t(off + o * 32);
+        for (int i = 2 * p; i < 2 * p + 2; ++i)
+          _mm_prefetch(ahead_of(w[i], pos, ahead, R <= kQMaxRows, 2 * NP, l.block_bytes),
+                       _MM_HINT_T0);
         const __m512i raw = load_pair(w[2 * p], w[2 * p + 1], off + o * 32);
         lo[p] = _mm512_and_si512(raw, low4);
         hi[p] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4);
