@@ -53,8 +53,9 @@ struct GenerateProgress {
   double prefill_seconds = 0, decode_seconds = 0;
 };
 // Called on generate's calling thread after engine steps and at least every 100 ms while it runs
-// (the Python package draws its progress bar and checks for Ctrl-C there). It may throw: the
-// call's unfinished requests are then aborted and generate rethrows the exception.
+// (the Python package draws its progress bar and checks for Ctrl-C there), and once more before
+// generate returns, with every step of the call counted. It may throw: the call's unfinished
+// requests are then aborted and generate rethrows the exception.
 using ProgressCallback = std::function<void(const GenerateProgress&)>;
 
 struct ChatOptions {

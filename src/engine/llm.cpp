@@ -239,6 +239,12 @@ std::vector<GenerationOutput> LLM::generate(const std::vector<std::vector<int32_
     async.shutdown();  // the observer runs on the engine thread: join it before closing the bar
   }
   bar.close();
+  // The engine thread observes a step after pushing its events, so the loop above can end
+  // before the last step is counted: one more call once the thread is joined gives every step.
+  if (on_progress) {
+    progress.num_finished = progress.num_total = int(jobs.size());
+    on_progress(progress);
+  }
   std::vector<GenerationOutput> outputs(prompts.size());
   for (size_t i = 0; i < prompts.size(); ++i) {
     outputs[i] = jobs[first_job[i]]->out;

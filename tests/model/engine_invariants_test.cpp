@@ -160,6 +160,40 @@ void Invariants::check_invariants() {
     EXPECT_EQ(greedy(off, {prompts[i]}, 16)[0], want[i]) << "alone: prompt " << i;
 }
 
+// generate's last progress call counts every step of the call (nanovllm bench's phases come from
+// it). The engine thread observes a step after pushing its events, so the calling thread could
+// see every request finish and return with the last step uncounted: a one-step call then reported
+// no prefill at all. Repeated, since that depended on which thread ran first.
+TEST_F(Invariants, LastProgressCountsEveryStep) {
+  Prompts prompts;
+  int64_t prompt_tokens = 0;
+  for (int n : {9, 30, 4}) {
+    prompts.push_back(random_tokens(rng, n, vocab));
+    prompt_tokens += n;
+  }
+  Config c = config;
+  c.enable_prefix_caching = false;  // every prompt token computed, every time
+  LLM llm(c);
+  for (int i = 0; i < 60; ++i) {
+    const int max_tokens = i % 4 == 3 ? 2 : 1;
+    SamplingParams sp;
+    sp.max_tokens = max_tokens;
+    sp.ignore_eos = true;
+    GenerateProgress last;
+    int calls = 0;
+    llm.generate(prompts, {sp}, nullptr, [&](const GenerateProgress& p) {
+      last = p;
+      ++calls;
+    });
+    ASSERT_GT(calls, 0);
+    EXPECT_EQ(last.num_finished, 3);
+    EXPECT_EQ(last.num_prefill_tokens, prompt_tokens) << "max_tokens " << max_tokens;
+    EXPECT_EQ(last.num_decode_tokens, 3 * (max_tokens - 1)) << "max_tokens " << max_tokens;
+    EXPECT_EQ(last.num_steps, max_tokens);
+    EXPECT_GT(last.prefill_seconds, 0.0);
+  }
+}
+
 TEST_F(Invariants, BatchEqualsAlone) {
   Prompts prompts;
   for (int i = 0; i < 8; ++i) prompts.push_back(random_tokens(rng, 1 + 9 * i, vocab));

@@ -21,6 +21,7 @@ struct RunResult {
   std::vector<std::vector<int32_t>> outputs;  // completion tokens, in prompt order
   int mixed_steps = 0;                        // steps with decodes and prompt tokens
   int64_t preemptions = 0;
+  int64_t prefill_tokens = 0, decode_tokens = 0;  // the steps' counts, summed
 };
 
 // Adds prompts[i] before step i * arrive_every and steps until every request has finished.
@@ -41,6 +42,8 @@ RunResult run(const Config& config, const Prompts& prompts, int max_tokens, int 
     }
     StepResult s = engine.step();
     if (s.num_decode_tokens > 0 && s.num_prefill_tokens > 0) ++r.mixed_steps;
+    r.prefill_tokens += s.num_prefill_tokens;
+    r.decode_tokens += s.num_decode_tokens;
     for (const auto& f : s.finished) {
       EXPECT_EQ(f->finish_reason, FinishReason::LENGTH) << f->error;
       r.outputs[index.at(f->seq_id)] =
@@ -117,6 +120,30 @@ TEST_P(MixedSteps, PreemptionUnderASmallCache) {
   c.max_model_len = 12 * 16 + 1;
   RunResult mixed = both(c, prompts, 40, 1);
   EXPECT_GT(mixed.preemptions, 0) << "the small cache should have forced a preemption";
+}
+
+// The steps count every prompt token computed and every decode (nanovllm bench's phases and the
+// progress bar's rates come from these), also for a prompt whose only output token its last
+// chunk samples (the step that finishes it).
+TEST_P(MixedSteps, StepsCountEveryTokenTheyCompute) {
+  Prompts prompts;
+  int64_t prompt_tokens = 0;
+  for (int n : {5, 70, 1, 33}) {
+    prompts.push_back(random_tokens(rng, n, vocab));
+    prompt_tokens += n;
+  }
+  Config c = config;
+  c.max_num_batched_tokens = 32;  // the 70-token prompt in chunks
+  c.enable_prefix_caching = false;
+  for (const char* scheduling : {"prefill_first", "mixed"}) {
+    c.scheduling = scheduling;
+    for (int max_tokens : {1, 3}) {
+      RunResult r = run(c, prompts, max_tokens, 1);
+      EXPECT_EQ(r.prefill_tokens, prompt_tokens) << scheduling << ", max_tokens " << max_tokens;
+      EXPECT_EQ(r.decode_tokens, int64_t(prompts.size()) * (max_tokens - 1))
+          << scheduling << ", max_tokens " << max_tokens;
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Presets, MixedSteps,
