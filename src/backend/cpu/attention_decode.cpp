@@ -299,7 +299,7 @@ void run_decode_item(const AttnArgs& a, const DecodeItem& it, DecodeScratch& sc)
 // Scores are computed key by key for 16 query heads at once (one lane each): the key's token
 // row ([Hkv, D] bf16) is read in address order, and the 16 dot products are reduced together
 // by a transposed reduction into one vector. The online softmax is vectorized over those lanes;
-// P.V then reads the chunk's value rows whole, in address order too (pv_rows). On Zen 4, reading
+// P.V then reads the chunk's value rows whole, in address order too (pv_key). On Zen 4, reading
 // a row a kv head at a time (256 bytes at a 2 KiB stride) streamed at 10-11 GB/s per core, whole
 // rows in order at 16-17, and a software prefetch near ahead within the stream made it slower
 // (13 GB/s). The next chunk's rows are prefetched into L2 under the current one instead (a K row
@@ -422,46 +422,71 @@ inline void prefetch_row_l2(const T* p, int64_t n) {
   for (int64_t b = 0; b < n * int64_t(sizeof(T)); b += 64) _mm_prefetch(c + b, _MM_HINT_T1);
 }
 
-// acc_x = acc_x * corr_x + sum_j p_j[x] v_j[x / G] for every query head x (hq of them), the value
-// rows read whole and in address order (key by key, every kv head of a row in turn): the order
-// the hardware prefetcher streams at full rate. The accumulators ([hq][D] in T's layout, 8 KiB
-// for Qwen3) stay in L1 and are loaded and stored per key. p: [hq / 16][kDecodeChunk][16].
-// vnext: the next chunk's nn value rows, prefetched into L2 one per key.
-template <int G, int D, class T>
-inline void pv_rows(float* acc, const float* corr, const float* p, const T* const* v, int64_t n,
-                    int64_t hkv, const T* const* vnext, int64_t nn) {
-  const int64_t hq = hkv * G;
+// acc_x *= corr_x for every query head x (hq of them): a chunk's rescale before its P.V.
+template <int D>
+inline void pv_rescale(float* acc, const float* corr, int64_t hq) {
   for (int64_t x = 0; x < hq; ++x) {
     const __m512 c = _mm512_set1_ps(corr[x]);
     #pragma GCC unroll 16
     for (int i = 0; i < D; i += 16)
       _mm512_store_ps(acc + x * D + i, _mm512_mul_ps(_mm512_load_ps(acc + x * D + i), c));
   }
-  for (int64_t j = 0; j < n; ++j) {
-    if (j < nn) prefetch_row_l2(vnext[j], hkv * D);
-    for (int64_t h = 0; h < hkv; ++h) {
-      __m512 vv[D / 16];
-      #pragma GCC unroll 16
-      for (int w = 0; w < D / 16; w += 2) load_pairs(v[j] + h * D + 16 * w, vv[w], vv[w + 1]);
-      #pragma GCC unroll 16
-      for (int r = 0; r < G; ++r) {
-        const int64_t x = h * G + r;
-        const __m512 pr = _mm512_set1_ps(p[((x / 16) * kDecodeChunk + j) * 16 + x % 16]);
-        float* o = acc + x * D;
-        #pragma GCC unroll 16
-        for (int w = 0; w < D / 16; ++w)
-          _mm512_store_ps(o + 16 * w, _mm512_fmadd_ps(pr, vv[w], _mm512_load_ps(o + 16 * w)));
-      }
+}
+
+// acc_x += p_j[x] v_j[x / G] for every query head x, key j of the chunk: its value row read whole
+// and in address order (every kv head of the row in turn). The accumulators ([hq][D] in T's
+// layout, 8 KiB for Qwen3) stay in L1 and are loaded and stored per key. p: [hq / 16][kDecodeChunk]
+// [16].
+template <int G, int D, class T>
+inline void pv_key(float* acc, const float* p, int64_t j, const T* v, int64_t hkv) {
+  for (int64_t h = 0; h < hkv; ++h) {
+    __m512 vv[D / 16];
+#pragma GCC unroll 16
+    for (int w = 0; w < D / 16; w += 2) load_pairs(v + h * D + 16 * w, vv[w], vv[w + 1]);
+#pragma GCC unroll 16
+    for (int r = 0; r < G; ++r) {
+      const int64_t x = h * G + r;
+      const __m512 pr = _mm512_set1_ps(p[((x / 16) * kDecodeChunk + j) * 16 + x % 16]);
+      float* o = acc + x * D;
+#pragma GCC unroll 16
+      for (int w = 0; w < D / 16; ++w)
+        _mm512_store_ps(o + 16 * w, _mm512_fmadd_ps(pr, vv[w], _mm512_load_ps(o + 16 * w)));
     }
   }
 }
+
+// The token rows of the chunk at key c0 of the item (at most kDecodeChunk, none past it.k1).
+template <class T>
+struct ChunkRows {
+  const T* k[kDecodeChunk];
+  const T* v[kDecodeChunk];
+  int64_t n = 0;
+  void fill(const AttnArgs& a, const int32_t* table, const T* k_cache, const T* v_cache,
+            const DecodeItem& it, int64_t c0) {
+    n = std::max<int64_t>(0, std::min(kDecodeChunk, it.k1 - c0));
+    for (int64_t j = 0; j < n; ++j) {
+      const int64_t row = token_row(a, table, c0 + j);
+      k[j] = k_cache + row;
+      v[j] = v_cache + row;
+    }
+  }
+};
 
 // Softmax states of every query head of item.seq over keys [k0, k1) (hq = Hkv * G, a multiple
 // of 16): m, l: [hq]; acc, qp: [hq][D] in T's layout (load_pairs), 64-byte aligned (qp filled
 // here; acc comes out divided by kLoadScale<T>). T: uint16_t for a bf16 cache, uint8_t for fp8.
 // Per chunk of keys: scores key by key, each key's K row read in address order for all query
 // heads; a vectorized online softmax over the lanes; then P.V over the chunk's V rows, in
-// address order too. The next chunk's rows are prefetched into L2 under the current one.
+// address order too. The P.V of chunk c runs key by key beside the scores of chunk c + 1 (their
+// operations are independent), so that a thread reads two streams at once, V rows and the next
+// K rows, where one at a time read 18-20 GB/s on 2 threads of a Xeon (family 6 model 167) whose
+// probe reads 35: one sequential stream a thread is latency-bound there (a scratch probe: 20.7
+// GB/s with one stream a thread, 25.0 with two). bench_attention --decode on it, three
+// interleaved rounds, ms a layer before / after: bf16 16 x 1,024 keys 3.41-3.57 / 3.18-3.30,
+// 1 x 16,384 3.42-3.52 / 3.19-3.31; fp8 16 x 1,024 2.24-2.34 / 2.01-2.05, 1 x 16,384 2.14-2.19 /
+// 1.79-1.91. Every output sums the same terms in the same order as before (scores, then P.V,
+// chunk by chunk): the same bits. The rows of the chunk after next (K) and of the next (V) are
+// prefetched into L2 under the current pair.
 template <int G, int D, class T>
 void decode_partition512(const AttnArgs& a, const DecodeItem& it, float* m, float* l, float* acc,
                          float* qp) {
@@ -475,47 +500,47 @@ void decode_partition512(const AttnArgs& a, const DecodeItem& it, float* m, floa
   }
   std::fill(acc, acc + hq * d, 0.0f);
   const __m512 vscale = _mm512_set1_ps(a.scale);
-  // scores, then probabilities: [blocks][kDecodeChunk][16]; corr: [hq]
-  alignas(64) float s_local[kDecodeChunk * 16];
+  // Two score buffers (this chunk's probabilities, the next chunk's scores), each
+  // [blocks][kDecodeChunk][16]; corr: [hq].
+  constexpr int64_t kChunkFloats = kDecodeChunk * 16;
+  alignas(64) float s_local[2 * kChunkFloats];
   alignas(64) float corr_local[16];
   std::vector<float> heap;
-  float* sall = s_local;
+  float* sbuf[2] = {s_local, s_local + kChunkFloats};
   float* corr = corr_local;
   if (blocks > 1) {
-    heap.resize(size_t(blocks * kDecodeChunk * 16 + hq + 16));
-    sall = heap.data() + (16 - (reinterpret_cast<uintptr_t>(heap.data()) / 4) % 16) % 16;
-    corr = sall + blocks * kDecodeChunk * 16;
+    heap.resize(size_t(2 * blocks * kChunkFloats + hq + 16));
+    float* base = heap.data() + (16 - (reinterpret_cast<uintptr_t>(heap.data()) / 4) % 16) % 16;
+    sbuf[0] = base;
+    sbuf[1] = base + blocks * kChunkFloats;
+    corr = sbuf[1] + blocks * kChunkFloats;
   }
   const auto [k_cache, v_cache] = kv_arrays<T>(a);
-  const T* kbase[kDecodeChunk];  // each key's token row [Hkv, D]
-  const T* vbase[kDecodeChunk];
-  const T* knext[kDecodeChunk];
-  const T* vnext[kDecodeChunk];
-  for (int64_t c0 = it.k0; c0 < it.k1; c0 += kDecodeChunk) {
-    const int64_t n = std::min(kDecodeChunk, it.k1 - c0);
-    for (int64_t j = 0; j < n; ++j) {
-      const int64_t row = token_row(a, table, c0 + j);
-      kbase[j] = k_cache + row;
-      vbase[j] = v_cache + row;
-    }
-    // The next chunk (nn keys), prefetched into L2 a K row per key of the scores and a V row
-    // per key of P.V.
-    const int64_t nn = std::max<int64_t>(0, std::min(kDecodeChunk, it.k1 - c0 - kDecodeChunk));
-    for (int64_t j = 0; j < nn; ++j) {
-      const int64_t row = token_row(a, table, c0 + kDecodeChunk + j);
-      knext[j] = k_cache + row;
-      vnext[j] = v_cache + row;
-    }
-    for (int64_t j = 0; j < n; ++j) {
-      if (j < nn) prefetch_row_l2(knext[j], hkv * d);
-      for (int64_t b = 0; b < blocks; ++b)
-        _mm512_store_ps(sall + (b * kDecodeChunk + j) * 16,
-                        _mm512_mul_ps(score_key<G, D>(qp + b * 16 * d,
-                                                      kbase[j] + b * (16 / G) * d),
-                                      vscale));
-    }
+  // The scores of key j (row krow) for every block of 16 query heads, into s.
+  auto score = [&](float* s, int64_t j, const T* krow) {
+    for (int64_t b = 0; b < blocks; ++b)
+      _mm512_store_ps(
+          s + (b * kDecodeChunk + j) * 16,
+          _mm512_mul_ps(score_key<G, D>(qp + b * 16 * d, krow + b * (16 / G) * d), vscale));
+  };
+  ChunkRows<T> rows[3];  // chunks c, c + 1, c + 2 (rotating)
+  int cur = 0;
+  rows[0].fill(a, table, k_cache, v_cache, it, it.k0);
+  rows[1].fill(a, table, k_cache, v_cache, it, it.k0 + kDecodeChunk);
+  for (int64_t j = 0; j < rows[0].n; ++j) {  // the first chunk's scores
+    if (j < rows[1].n) prefetch_row_l2(rows[1].k[j], hkv * d);
+    score(sbuf[0], j, rows[0].k[j]);
+  }
+  for (int64_t c0 = it.k0; c0 < it.k1; c0 += kDecodeChunk, cur = (cur + 1) % 3) {
+    const ChunkRows<T>& now = rows[cur];
+    const ChunkRows<T>& next = rows[(cur + 1) % 3];
+    ChunkRows<T>& after = rows[(cur + 2) % 3];
+    after.fill(a, table, k_cache, v_cache, it, c0 + 2 * kDecodeChunk);
+    float* sc = sbuf[(c0 - it.k0) / kDecodeChunk % 2];
+    float* sn = sbuf[((c0 - it.k0) / kDecodeChunk + 1) % 2];
+    const int64_t n = now.n;
     for (int64_t b = 0; b < blocks; ++b) {
-      float* sb = sall + b * kDecodeChunk * 16;
+      float* sb = sc + b * kChunkFloats;
       __m512 mx = _mm512_load_ps(sb);
       for (int64_t j = 1; j < n; ++j) mx = _mm512_max_ps(mx, _mm512_load_ps(sb + j * 16));
       const __m512 m_old = _mm512_load_ps(m + b * 16);
@@ -531,7 +556,15 @@ void decode_partition512(const AttnArgs& a, const DecodeItem& it, float* m, floa
       _mm512_store_ps(l + b * 16, lv);
       _mm512_store_ps(corr + b * 16, c);
     }
-    pv_rows<G, D>(acc, corr, sall, vbase, n, hkv, vnext, nn);
+    pv_rescale<D>(acc, corr, hq);
+    for (int64_t j = 0; j < n; ++j) {
+      if (j < next.n) prefetch_row_l2(next.v[j], hkv * d);
+      pv_key<G, D>(acc, sc, j, now.v[j], hkv);
+      if (j < next.n) {
+        if (j < after.n) prefetch_row_l2(after.k[j], hkv * d);
+        score(sn, j, next.k[j]);
+      }
+    }
   }
 }
 
