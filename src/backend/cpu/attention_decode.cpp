@@ -341,7 +341,7 @@ inline void unpermute_head(float* dst, const float* src, int64_t d) {
 // code converted as load8 does; kLoadScale is folded into q for the scores.
 inline void load_pairs(const uint16_t* p, __m512& even, __m512& odd) {
   const __m512i x = _mm512_loadu_si512(p);
-  even = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
+  even = _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xffff, x, 16));
   odd = _mm512_castsi512_ps(_mm512_and_si512(x, _mm512_set1_epi32(int(0xffff0000u))));
 }
 
