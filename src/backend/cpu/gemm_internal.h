@@ -81,6 +81,9 @@ struct KernelSet {
   bool whole_k = false;
   // Blocks per tile when M fits one x panel (0: nb).
   int one_panel_nb = 0;
+  // When M fits one x panel (decode), the tiles' near-ahead software prefetch of the weight
+  // streams (Tile::prefetch); false: the hardware prefetchers alone.
+  bool one_panel_prefetch = true;
   // The wide tiles' own x packing (nullptr: pack_x, pair_bytes), panels of [kpairs][mr] pairs.
   void (*wide_pack_x)(void* dst, const float* x, int64_t ldx, int64_t m, int64_t k, int64_t mr,
                       int64_t panel_begin, int64_t panel_end) = nullptr;
