@@ -57,6 +57,11 @@ bool cpu_has_avx512() {
 
 bool cpu_has_avx512_bf16() { return cpu_has_avx512() && __builtin_cpu_supports("avx512bf16"); }
 
+bool cpu_is_amd() {
+  __builtin_cpu_init();
+  return __builtin_cpu_is("amd");
+}
+
 namespace {
 
 // Linux (5.16+) hands out the 8 KiB tile state only on request; without it the first tile

@@ -37,6 +37,9 @@ bool prefill_bf16_from_env();
 // on top, AVX-512 BF16 (the vdpbf16ps GEMM, the bf16 prefill attention).
 bool cpu_has_avx512();
 bool cpu_has_avx512_bf16();
+// An AMD core (the kernels' software prefetch is tuned per vendor where it measured apart:
+// qgemm.h).
+bool cpu_is_amd();
 // AMX BF16 tiles usable by this process: the CPU has AMX-TILE and AMX-BF16 (and AVX-512 BF16,
 // which the kernels' x packing uses) and Linux granted the tile state (arch_prctl
 // ARCH_REQ_XCOMP_PERM, asked once per process on the first call).

@@ -109,6 +109,7 @@ struct QTile {
   int rows;              // 1..kQMaxRows (AVX-512 VNNI with 2 blocks: 1..kQMaxRowsVnni; AVX-VNNI
                          // int8 with 1 block: 1..kQMaxRowsAvxVnni)
   int ncols;             // 1..blocks * 8
+  bool row_prefetch = true;  // one-row AVX-512 VNNI tiles: the near-ahead prefetch (kRowAheadBytes)
 };
 constexpr int kQMaxRows = 4;
 // The AVX-512 VNNI tiles of 2 blocks (one zmm of 16 columns) also take 5..8 rows: per 16 dot
@@ -159,6 +160,11 @@ inline size_t prefetch_ahead(bool near, int blocks, size_t block_bytes) {
 // against 23.5-23.6; int4 lm_head 27.0-27.5 against 23.7-24.0, gate_up 26.7-26.9 against
 // 24.1-24.6; AVX-VNNI int8 lm_head 26.8-27.4 against 25.0-25.5. The int8 decode of one
 // qwen3-0.6b sequence: 24.7-25.3 ms a token against 26.3-27.9 (three interleaved runs).
+// On AMD (a Zen 4, family 25 model 17, 2 threads) a one-row AVX-512 VNNI tile runs without it
+// (QTile::row_prefetch): the int8 GEMVs of a qwen3-0.6b decode step (0.60 GB, alternated in one
+// process, two runs of 12 and 8 rounds) took medians of 19.9 and 20.1 ms against 21.6 and 21.7
+// with it, faster in 17 of 20 rounds; int4 even (faster in 4 of 8); M = 2 even (5 of 8), M = 4
+// slower without (0 of 8), so only one-row tiles drop it.
 inline const char* ahead_of(const uint8_t* stream, size_t pos, size_t ahead, bool near, int blocks,
                             size_t block_bytes) {
   pos += ahead;

@@ -107,6 +107,7 @@ void qtile8(const QTile& t) {
     off = 32;
   }
   const size_t ahead = prefetch_ahead(R <= kQMaxRows, 2 * NP, l.block_bytes);
+  const bool prefetch = R > 1 || t.row_prefetch;
   for (int64_t g = 0; g < l.groups; ++g) {
     const int64_t pairs = l.group_len(g) / 2;
     const int16_t* xg = x + g * l.kg;
@@ -124,7 +125,7 @@ void qtile8(const QTile& t) {
     for (int64_t pr = 0; pr < pairs; pr += 2) {
       const int64_t o = off + pr * 16;
       for (int p = 0; p < NP; ++p) {
-        for (int i = 2 * p; i < 2 * p + 2; ++i)
+        for (int i = 2 * p; i < 2 * p + 2 && prefetch; ++i)
           _mm_prefetch(ahead_of(w[i], size_t(o), ahead, R <= kQMaxRows, 2 * NP, l.block_bytes),
                        _MM_HINT_T0);
         const __m512i raw = load_pair(w[2 * p], w[2 * p + 1], o);
@@ -175,6 +176,7 @@ void qtile4(const QTile& t) {
   }
   const __m512i low4 = _mm512_set1_epi8(0x0f);
   const size_t ahead = prefetch_ahead(R <= kQMaxRows, 2 * NP, l.block_bytes);
+  const bool prefetch = R > 1 || t.row_prefetch;
   int64_t off = 0;
   for (int64_t g = 0; g < l.groups; ++g) {
     const int64_t rows8 = l.group_len(g) / 8;  // 32-byte rows of 8 k
@@ -195,7 +197,7 @@ void qtile4(const QTile& t) {
       __m512i lo[NP], hi[NP];  // k 0..3 and 4..7 of each column
       for (int p = 0; p < NP; ++p) {
         const size_t pos = size_t(off + o * 32);
-        for (int i = 2 * p; i < 2 * p + 2; ++i)
+        for (int i = 2 * p; i < 2 * p + 2 && prefetch; ++i)
           _mm_prefetch(ahead_of(w[i], pos, ahead, R <= kQMaxRows, 2 * NP, l.block_bytes),
                        _MM_HINT_T0);
         const __m512i raw = load_pair(w[2 * p], w[2 * p + 1], off + o * 32);
