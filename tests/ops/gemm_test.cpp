@@ -138,8 +138,10 @@ TEST(Gemm, MatchesReferenceOnOddShapes) {
   }
 }
 
-// Shapes that reach the other loop-nest paths: several M blocks (> 768 rows), splitting over
-// rows (few column groups), many column groups, and a K that spans several cache blocks.
+// Shapes that reach the other loop-nest paths: several M blocks (a block is at most half the
+// L2 of packed x rows over the whole K: {300, 1100, 2100} has several on an L2 up to 2 MiB,
+// {800, ...} on the AVX2 sets' 32-panel cap), splitting over rows (few column groups), many
+// column groups, and a K that spans several cache blocks.
 TEST(Gemm, MatchesReferenceOnBlockingPaths) {
   std::mt19937 rng(99);
   ThreadPool pool(2);
@@ -148,7 +150,8 @@ TEST(Gemm, MatchesReferenceOnBlockingPaths) {
                          {300, 17, 600},
                          {9, 130, 2100},
                          {1, 1100, 70},
-                         {800, 1100, 70}}) {
+                         {800, 1100, 70},
+                         {300, 1100, 2100}}) {
     Problem p = make_problem(m, n, k, rng);
     auto packed = packed_alloc(n, k);
     pack_weight(packed.get(), p.w.data(), n, k);

@@ -66,13 +66,17 @@ struct KernelSet {
   void (*tile_wide)(const Tile& t);
   int64_t wide_min_m;   // batches M in [wide_min_m, wide_max_m] take the wide tiles
   int64_t wide_max_m;
-  int64_t mc_panels;    // x panels per M block of the blocked path (the x slab kept in L2)
+  int64_t mc_panels;  // x panels per M block of the blocked path at most (the x slab kept in
+                      // L2; the driver takes fewer where they would pass half the L2)
   // Panels of equal height (ceil(M / ceil(M / mr)) rows) instead of full mr-row panels and a
   // short last one: kernels whose short tiles are latency-bound.
   bool balance_panels;
   // The driver hands each tile the next tile's weights (Tile::pf_next) and asks the near-ahead
   // prefetch (Tile::prefetch) only of tiles whose weights nobody prefetched.
   bool prefetch_next;
+  // The same for the wide tiles' passes alone (gemm_wide with several passes), where
+  // prefetch_next is false.
+  bool wide_prefetch_next = false;
   // The packed x panels hold k pairs rounded up to a multiple of this (the AMX kernels' layout
   // steps 16 pairs at a time).
   int64_t kpair_align = 1;

@@ -62,6 +62,14 @@ bool cpu_is_amd() {
   return __builtin_cpu_is("amd");
 }
 
+int64_t cpu_l2_bytes() {
+  static const int64_t bytes = [] {
+    const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    return l2 > 0 ? int64_t(l2) : int64_t(1) << 20;
+  }();
+  return bytes;
+}
+
 namespace {
 
 // Linux (5.16+) hands out the 8 KiB tile state only on request; without it the first tile

@@ -9,6 +9,7 @@
 // avxvnni on a CPU without AVX-VNNI), but not AMX, and NANOVLLM_CPU_ISA=amx demands the AMX
 // BF16 GEMM (an Error where the CPU or the OS does not offer it). "auto" or unset: detect (AMX
 // where available). Any other value: an Error naming the accepted ones.
+#include <cstdint>
 #include <optional>
 #include <string_view>
 
@@ -40,6 +41,9 @@ bool cpu_has_avx512_bf16();
 // An AMD core (the kernels' software prefetch is tuned per vendor where it measured apart:
 // qgemm.h).
 bool cpu_is_amd();
+// The L2 cache of one core in bytes, as the OS reports it (sysconf); 1 MiB where it reports
+// nothing. Read once per process.
+int64_t cpu_l2_bytes();
 // AMX BF16 tiles usable by this process: the CPU has AMX-TILE and AMX-BF16 (and AVX-512 BF16,
 // which the kernels' x packing uses) and Linux granted the tile state (arch_prctl
 // ARCH_REQ_XCOMP_PERM, asked once per process on the first call).
