@@ -14,6 +14,10 @@ struct Config {
   int64_t kv_cache_memory = 0;          // KV cache bytes; 0 = the device's default
                                         // (CPU: min(4 GiB, half of MemAvailable after
                                         // the buffers); CUDA: gpu_memory_utilization)
+  bool kv_cache_prefault = false;       // write the whole KV cache once at startup, so that
+                                        // no step pays the first write of its pages (the
+                                        // kernel zeroing them; on a VM, the host backing
+                                        // them): `nanovllm bench` sets it
   bool enable_prefix_caching = true;
   std::string scheduling = "mixed";     // "mixed": running decodes and prompt chunks share each
                                         // step's token budget (decodes first); "prefill_first":

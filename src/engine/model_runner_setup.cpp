@@ -126,6 +126,10 @@ void ModelRunner::allocate_kv_cache() {
   }
   kv_cache_buf_ = backend_.alloc(size_t(block_bytes) * size_t(num_blocks_));
   kv_cache_ = kv_views(kv_cache_buf_, model_config_, num_blocks_, bs, backend_.device(), kv_format_);
+  if (config_.kv_cache_prefault) {  // every page written now (zeros: finite everywhere)
+    backend_.fill_zero(kv_cache_buf_.as(DType::I32, {int64_t(kv_cache_buf_.bytes() / 4)}));
+    return;
+  }
   // Padded decode lanes read key 0 of block 0: keep it finite from the start.
   for (const LayerKVCache& c : kv_cache_) {
     backend_.fill_zero(c.k.slice_rows(0, 1));

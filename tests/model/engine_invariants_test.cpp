@@ -89,6 +89,15 @@ TEST_F(Invariants, PrefixCacheOnEqualsOff) {
   }
 }
 
+// Config::kv_cache_prefault (nanovllm bench) writes the whole cache at startup: the same tokens.
+TEST_F(Invariants, KvCachePrefaultEqualsOff) {
+  Prompts prompts;
+  for (int i = 0; i < 5; ++i) prompts.push_back(random_tokens(rng, 9 + 11 * i, vocab));
+  Config prefault = config;
+  prefault.kv_cache_prefault = true;
+  EXPECT_EQ(greedy(prefault, prompts, 20), greedy(config, prompts, 20));
+}
+
 TEST_F(Invariants, PreemptionEqualsLargeCache) {
   Prompts prompts;
   for (int i = 0; i < 6; ++i) prompts.push_back(random_tokens(rng, 20 + 7 * i, vocab));
