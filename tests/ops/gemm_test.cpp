@@ -140,7 +140,7 @@ TEST(Gemm, MatchesReferenceOnOddShapes) {
 
 // Shapes that reach the other loop-nest paths: several M blocks (a block is at most half the
 // L2 of packed x rows over the whole K: {300, 1100, 2100} has several on an L2 up to 2 MiB,
-// {800, ...} on the AVX2 sets' 32-panel cap), splitting over rows (few column groups), many
+// {800, ...} under the kernels' panel caps), splitting over rows (few column groups), many
 // column groups, and a K that spans several cache blocks.
 TEST(Gemm, MatchesReferenceOnBlockingPaths) {
   std::mt19937 rng(99);

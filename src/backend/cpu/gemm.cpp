@@ -340,11 +340,14 @@ void gemm(const GemmArgs& a, ThreadPool& pool, GemmIsa isa) {
   // again by a thread that finishes first), so that each thread's weights are one stream. On a
   // Zen 4 (2 threads) the Qwen3-0.6B shapes ran at 395-409 GFLOP/s this way against 350-375
   // with groups handed out a few at a time (M = 512 and 4,096; the AVX2 tiles at M = 4,096:
-  // 200-210 against 177-179).
+  // 200-210 against 177-179). Not the AMX tiles (whole_k): their M blocks are 4 panels of 32
+  // rows, so a range would re-read its weights every 128 rows, where a group handed out alone
+  // keeps its weights in L2 over all of M (the AMX split stays as measured on its Xeon; the
+  // contiguous one is unmeasured there).
   const int64_t want = 8 * int64_t(threads);
   if (ngroups >= want / 2 || npanels == 1) {
-    const int64_t chunk =
-        npanels == 1 ? std::clamp<int64_t>(ngroups / want, 1, 8) : ceil_div(ngroups, threads);
+    const int64_t chunk = npanels == 1 || ks.whole_k ? std::clamp<int64_t>(ngroups / want, 1, 8)
+                                                     : ceil_div(ngroups, threads);
     run_chunks(pool, ngroups, chunk, [&](int64_t g0, int64_t g1) { work(g0, g1, 0, npanels); });
     return;
   }
