@@ -34,6 +34,20 @@ PhaseFigures phase_figures(const ModelConfig& c, const WorkloadRun& run, int64_t
     const double decode_bound = std::max(f.decode_bytes / bw, f.work.decode_flops / peak);
     f.bound_seconds = prefill_bound + decode_bound;
     f.bound_total_tok_s = double(f.prompt_tokens + f.output_tokens) / f.bound_seconds;
+    // The serial bound: a step's ops wait on one another, so each kind is held to its own
+    // ceiling and the kinds add up: the dense linears and the lm_head (every row of the step
+    // against each weight), the experts (a few rows each: their bytes), the attention (its KV).
+    const double steps = double(f.decode_steps);
+    const double expert_bytes = steps * expert_bytes_per_decode_step(c, linear, tokens_per_step);
+    const double expert_flops = f.work.decode_tokens * 2.0 * double(expert_params_per_token(c));
+    const double dense_bytes = steps * f.step_weight_gb * 1e9 - expert_bytes;
+    const double dense_flops = f.work.decode_flops - expert_flops - f.work.decode_attention_flops;
+    const double serial_decode =
+        std::max(dense_bytes / bw, dense_flops / peak) +
+        std::max(expert_bytes / bw, expert_flops / peak) +
+        std::max(f.work.decode_kv_bytes / bw, f.work.decode_attention_flops / peak);
+    f.serial_bound_seconds = prefill_bound + serial_decode;
+    f.serial_bound_total_tok_s = double(f.prompt_tokens + f.output_tokens) / f.serial_bound_seconds;
   }
   return f;
 }
@@ -57,6 +71,12 @@ void print_phases(const PhaseFigures& f, const Ceilings& k) {
                  "  bound: prefill at peak + each decode step at max(bytes / bandwidth, FLOPs / "
                  "peak) = %.3f s = %.1f total tok/s; measured %.1f total tok/s (%.0f%% of the bound)\n",
                  f.bound_seconds, f.bound_total_tok_s, f.total_tok_s, pct(f.total_tok_s, f.bound_total_tok_s));
+    std::fprintf(stderr,
+                 "  serial bound: prefill at peak + each decode step's linears, experts and "
+                 "attention one after another, each at max(bytes / bandwidth, FLOPs / peak) = "
+                 "%.3f s = %.1f total tok/s; measured %.0f%% of it\n",
+                 f.serial_bound_seconds, f.serial_bound_total_tok_s,
+                 pct(f.total_tok_s, f.serial_bound_total_tok_s));
   }
 }
 
@@ -76,6 +96,8 @@ nlohmann::json phases_json(const PhaseFigures& f, const Ceilings& k) {
   j["decode_phase_gflops"] = f.decode_gflops;
   j["bound_total_tok_per_s"] = f.bound_total_tok_s;
   j["bound_fraction"] = pct(f.total_tok_s, f.bound_total_tok_s) / 100;
+  j["serial_bound_total_tok_per_s"] = f.serial_bound_total_tok_s;
+  j["serial_bound_fraction"] = pct(f.total_tok_s, f.serial_bound_total_tok_s) / 100;
   return j;
 }
 
@@ -83,15 +105,20 @@ void print_sweep_table(const std::vector<PhaseFigures>& rows, const std::vector<
                        const Ceilings& k) {
   std::fprintf(stderr,
                "\n| seqs | seconds | output tok/s | total tok/s | prefill GFLOP/s (%% peak) | "
-               "decode GB/s (%% bw) | decode GFLOP/s (%% peak) | bound total tok/s | %% of bound |\n"
-               "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+               "decode GB/s (%% bw) | decode GFLOP/s (%% peak) | bound total tok/s | %% of bound | "
+               "serial bound | %% of serial bound |\n"
+               "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
   for (size_t i = 0; i < rows.size(); ++i) {
     const PhaseFigures& f = rows[i];
-    std::fprintf(stderr, "| %d | %.2f | %.1f | %.1f | %.0f (%.0f%%) | %.1f (%.0f%%) | %.0f (%.0f%%) | %.0f | %.0f%% |\n",
+    std::fprintf(stderr,
+                 "| %d | %.2f | %.1f | %.1f | %.0f (%.0f%%) | %.1f (%.0f%%) | %.0f (%.0f%%) | %.0f "
+                 "| %.0f%% | %.0f | %.0f%% |\n",
                  seqs[i], double(f.prompt_tokens + f.output_tokens) / f.total_tok_s, f.output_tok_s,
-                 f.total_tok_s, f.prefill_gflops, pct(f.prefill_gflops, k.peak_gflops), f.decode_gbs,
-                 pct(f.decode_gbs, k.bandwidth_gbs), f.decode_gflops, pct(f.decode_gflops, k.peak_gflops),
-                 f.bound_total_tok_s, pct(f.total_tok_s, f.bound_total_tok_s));
+                 f.total_tok_s, f.prefill_gflops, pct(f.prefill_gflops, k.peak_gflops),
+                 f.decode_gbs, pct(f.decode_gbs, k.bandwidth_gbs), f.decode_gflops,
+                 pct(f.decode_gflops, k.peak_gflops), f.bound_total_tok_s,
+                 pct(f.total_tok_s, f.bound_total_tok_s), f.serial_bound_total_tok_s,
+                 pct(f.total_tok_s, f.serial_bound_total_tok_s));
   }
 }
 

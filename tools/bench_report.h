@@ -26,8 +26,9 @@ struct WorkloadRun {
   GenerateProgress progress;
 };
 
-// The figures of one run, per phase: achieved rates, fractions of the ceilings, and the bound
-// (each phase at the larger of its bytes / bandwidth and its FLOPs / peak).
+// The figures of one run, per phase: achieved rates, fractions of the ceilings, and the bounds
+// (each phase at the larger of its bytes / bandwidth and its FLOPs / peak; the serial bound
+// holds each kind of op of a decode step to its own ceiling).
 struct PhaseFigures {
   int64_t prompt_tokens = 0, output_tokens = 0;
   double output_tok_s = 0, total_tok_s = 0;
@@ -40,6 +41,11 @@ struct PhaseFigures {
   double decode_gbs = 0, decode_gflops = 0;
   double bound_seconds = 0;   // 0 when the ceilings are unknown
   double bound_total_tok_s = 0;
+  // The same with a step's ops one after another (the dense linears and lm_head, the experts,
+  // the attention each at the larger of its bytes / bandwidth and its FLOPs / peak), as a
+  // step runs them: the other bound lets one op's memory traffic overlap another's arithmetic.
+  double serial_bound_seconds = 0;
+  double serial_bound_total_tok_s = 0;
 };
 
 // linear / table: the run's weight formats; a decode step reads weight_bytes_per_decode_step

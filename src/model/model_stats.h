@@ -57,6 +57,31 @@ inline int64_t weight_bytes_per_decode_step(const ModelConfig& c, QuantScheme li
   return int64_t(layers + bytes(table, c.vocab_size, H)) + 2 * norms;
 }
 
+// Weight bytes of the experts (gate_up and down, in `linear`) that one decode step of `tokens`
+// tokens reads: the expected active experts of every sparse layer. Part of
+// weight_bytes_per_decode_step; 0 for a dense model.
+inline double expert_bytes_per_decode_step(const ModelConfig& c, QuantScheme linear = {},
+                                           double tokens = 1) {
+  const int64_t H = c.hidden_size, Ie = c.moe_intermediate_size;
+  double total = 0;
+  for (int i = 0; i < c.num_hidden_layers; ++i)
+    if (c.is_sparse_layer(i))
+      total += expected_active_experts(c, tokens) *
+               (double(2 * Ie) * double(H) * quantized_bytes_per_weight(linear, H) +
+                double(H) * double(Ie) * quantized_bytes_per_weight(linear, Ie));
+  return total;
+}
+
+// Parameters of the experts one token runs (num_experts_per_tok of each sparse layer). Part of
+// decoder_linear_params; 0 for a dense model.
+inline int64_t expert_params_per_token(const ModelConfig& c) {
+  int64_t total = 0;
+  for (int i = 0; i < c.num_hidden_layers; ++i)
+    if (c.is_sparse_layer(i))
+      total += int64_t(c.num_experts_per_tok) * 3 * c.moe_intermediate_size * c.hidden_size;
+  return total;
+}
+
 // Matmul FLOPs of one prompt token (2 per multiply-add; attention and lm_head excluded).
 inline double matmul_flops_per_token(const ModelConfig& c) { return 2.0 * double(decoder_linear_params(c)); }
 
@@ -83,6 +108,7 @@ struct PhaseWork {
   double decode_tokens = 0;
   double decode_flops = 0;     // matmuls, attention and lm_head of every decode token
   double decode_kv_bytes = 0;  // KV read by the decode tokens' attention
+  double decode_attention_flops = 0;  // the attention part of decode_flops
 };
 
 inline PhaseWork phase_work(const ModelConfig& c, const std::vector<int>& prompt,
@@ -98,6 +124,7 @@ inline PhaseWork phase_work(const ModelConfig& c, const std::vector<int>& prompt
     const double keys = (o - 1) * p + (o - 1) * o / 2;
     w.decode_tokens += o - 1;
     w.decode_flops += (o - 1) * (matmul_flops_per_token(c) + lm_head_flops(c)) + attention_flops(c, keys);
+    w.decode_attention_flops += attention_flops(c, keys);
     w.decode_kv_bytes += keys * kvb;
   }
   return w;

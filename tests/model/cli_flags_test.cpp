@@ -117,6 +117,12 @@ TEST(CliFlags, BenchPrefillLengthsShowAttentionFlops) {
   }
   EXPECT_EQ(j["prefill_tokens"], 16);  // the first length, under the keys scripts read
   EXPECT_NE(r.err.find("prefill, 96 tokens:"), std::string::npos) << r.err;
+  // The serial bound (each kind of a decode step's ops at its own ceiling, one after another)
+  // can only be slower than the bound that lets them overlap.
+  EXPECT_GT(j["serial_bound_total_tok_per_s"].get<double>(), 0) << r.out;
+  EXPECT_LE(j["serial_bound_total_tok_per_s"].get<double>(),
+            j["bound_total_tok_per_s"].get<double>() * (1 + 1e-12));
+  EXPECT_NE(r.err.find("serial bound:"), std::string::npos) << r.err;
 
   CliResult too_long = nanovllm("bench --model " + model + " --prefill-lens 2048" + engine_flags());
   EXPECT_NE(too_long.status, 0);

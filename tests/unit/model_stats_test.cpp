@@ -49,6 +49,11 @@ TEST(ModelStats, MixtureOfExpertsCountsTheActiveExperts) {
   EXPECT_NEAR(double(weight_bytes_per_decode_step(c, {}, {}, 16)),
               2 * 2.0 * (attn + router + 82.4225 * expert) + lm_head + norms, 2e5);
   EXPECT_NEAR(expected_active_experts(c, 1e6), 128, 1e-9);
+  // The experts' share of those bytes and of a token's parameters (the serial bound's split).
+  EXPECT_NEAR(expert_bytes_per_decode_step(c, {}, 16), 2 * 2.0 * 82.4225 * expert, 2e5);
+  EXPECT_EQ(expert_params_per_token(c), 2 * 8 * expert);
+  EXPECT_EQ(expert_params_per_token(qwen3_06b()), 0);
+  EXPECT_EQ(expert_bytes_per_decode_step(qwen3_06b(), {}, 16), 0.0);
 }
 
 TEST(ModelStats, PhaseWorkCountsEveryToken) {
@@ -69,6 +74,10 @@ TEST(ModelStats, PhaseWorkCountsEveryToken) {
   EXPECT_DOUBLE_EQ(w.prefill_flops, prefill);
   EXPECT_DOUBLE_EQ(w.decode_flops, decode);
   EXPECT_DOUBLE_EQ(w.decode_kv_bytes, kv);
+  double attention = 0;
+  for (size_t i = 0; i < prompt.size(); ++i)
+    for (int j = 1; j < output[i]; ++j) attention += attention_flops(c, prompt[i] + j);
+  EXPECT_DOUBLE_EQ(w.decode_attention_flops, attention);
   EXPECT_DOUBLE_EQ(w.decode_tokens, tokens);
   EXPECT_DOUBLE_EQ(w.decode_tokens, 2 + 127);
 }
