@@ -8,6 +8,9 @@
 # qwen3-0.6b --out DIR`); it is converted once to a bf16 GGUF (cached, redone when the model is newer).
 # Each run is: nanovllm bench (16 seqs, + its 1-seq decode and 512-token prefill), llama-bench
 # (pp512, tg128), nanovllm bench (32 seqs), llama-batched-bench (16 and 32 seqs); then one table.
+# The read bandwidth is probed before each llama.cpp run (bench_probe, beside the nanovllm binary;
+# nanovllm bench probes its own), and a second table gives each run kind's probes: on a VM whose
+# bandwidth moves between phases, memory-bound figures follow the phase they ran in.
 #
 # Environment: NANOVLLM (binary; default build/release/nanovllm), THREADS (2), GGUF (llama.cpp's
 # weights, used as given, e.g. a llama-quantize output; default MODEL_DIR/llama_cpp-bf16.gguf,
@@ -27,6 +30,7 @@ runs="${3:-3}"
 [[ "$runs" =~ ^[1-9][0-9]*$ ]] || die "runs must be a positive integer, got '$runs'"
 threads="${THREADS:-2}"
 nanovllm="${NANOVLLM:-$repo/build/release/nanovllm}"
+probe="$(dirname "$nanovllm")/bench_probe"
 gguf="${GGUF:-$model_dir/llama_cpp-bf16.gguf}"
 out_dir="${OUT_DIR:-$(mktemp -d /tmp/side_by_side.XXXXXX)}"
 mkdir -p "$out_dir"
@@ -40,8 +44,8 @@ ctx=$((npl_max * (pp + tg)))  # llama-batched-bench: n_ctx / n_seq_max = pp + tg
 
 llama_bench="$llama_dir/build/bin/llama-bench"
 llama_batched="$llama_dir/build/bin/llama-batched-bench"
-for b in "$nanovllm" "$llama_bench" "$llama_batched"; do
-  [ -x "$b" ] || die "$b is missing: build it (docs/llama_cpp.md)"
+for b in "$nanovllm" "$probe" "$llama_bench" "$llama_batched"; do
+  [ -x "$b" ] || die "$b is missing: build it (scripts/build.sh release; llama.cpp: docs/llama_cpp.md)"
 done
 for f in config.json tokenizer.json; do
   [ -f "$model_dir/$f" ] || die "$model_dir/$f is missing: MODEL_DIR must be a Hugging Face folder"
@@ -75,6 +79,14 @@ nanovllm_bench() {  # $1 = sequences, $2 = log file, rest: extra flags
     > "$log" 2>&1 || { tail -20 "$log" >&2; die "nanovllm bench failed (log: $log)"; }
 }
 
+probe_bw() {  # $1 = the run kind it precedes, $2 = log file: the read bandwidth into the results
+  "$probe" --threads "$threads" > "$2" 2>&1 || { tail -5 "$2" >&2; die "bench_probe failed (log: $2)"; }
+  tail -n 1 "$2" | "$python" -c '
+import json, sys
+print("llama.cpp\tbw_%s\t%f" % (sys.argv[1], json.loads(sys.stdin.read())["read_gbs"]))' "$1" >> "$results" \
+    || die "no JSON line at the end of $2"
+}
+
 for r in $(seq 1 "$runs"); do
   echo "run $r/$runs: nanovllm bench, 16 seqs (+ 1-seq decode, 512-token prefill)"
   log="$out_dir/nanovllm_16_$r.log"
@@ -84,11 +96,13 @@ import json, sys
 j = json.loads(sys.stdin.read())
 print("nanovllm\tdecode_1seq\t%f" % (1e3 / j["decode_1seq_ms_per_token"]))
 print("nanovllm\tprefill_%d\t%f" % (j["prefill_tokens"], j["prefill_tokens"] / j["prefill_seconds"]))
-print("nanovllm\tbatch_16\t%f" % j["total_tok_per_s"])' >> "$results" \
+print("nanovllm\tbatch_16\t%f" % j["total_tok_per_s"])
+print("nanovllm\tbw_bench\t%f" % j["mem_bandwidth_gbs"])' >> "$results" \
     || die "no JSON line at the end of $log"
 
   echo "run $r/$runs: llama-bench pp512, tg128"
   log="$out_dir/llama_bench_$r.log"
+  probe_bw bench "$out_dir/probe_bench_$r.log"
   "$llama_bench" -m "$gguf" -t "$threads" -p 512 -n 128 -r 1 -o jsonl \
     ${llama_args[@]+"${llama_args[@]}"} > "$log" 2> "$log.err" \
     || { tail -20 "$log.err" >&2; die "llama-bench failed (log: $log.err)"; }
@@ -108,11 +122,14 @@ for line in open(sys.argv[1]):
   nanovllm_bench 32 "$log" --no-roofline
   tail -n 1 "$log" | "$python" -c '
 import json, sys
-print("nanovllm\tbatch_32\t%f" % json.loads(sys.stdin.read())["total_tok_per_s"])' >> "$results" \
+j = json.loads(sys.stdin.read())
+print("nanovllm\tbatch_32\t%f" % j["total_tok_per_s"])
+print("nanovllm\tbw_batched\t%f" % j["mem_bandwidth_gbs"])' >> "$results" \
     || die "no JSON line at the end of $log"
 
   echo "run $r/$runs: llama-batched-bench, 16 and 32 seqs"
   log="$out_dir/llama_batched_$r.log"
+  probe_bw batched "$out_dir/probe_batched_$r.log"
   "$llama_batched" -m "$gguf" -t "$threads" -c "$ctx" -b 2048 -ub 512 -npp "$pp" -ntg "$tg" \
     -npl "$(IFS=,; echo "${npl_list[*]}")" --output-format jsonl \
     ${llama_args[@]+"${llama_args[@]}"} > "$log" 2>&1 \
@@ -150,6 +167,24 @@ for fig, label in labels.items():
         bad = True
     ratio = "%.2fx" % (statistics.median(a) / statistics.median(b)) if a and b else "-"
     print("| %s | %s | %s | %s |" % (label, cell(a), cell(b), ratio))
+# The read bandwidth each run kind started under: nanovllm bench's own probe (its 16-sequence run
+# also gives the 1-sequence and prefill figures), bench_probe just before each llama.cpp tool.
+print()
+print("| read bandwidth probed before the runs, GB/s | nanovllm min / median / max | llama.cpp min / median / max |")
+print("|---|---|---|")
+print("| before the 1-seq decode and prefill runs (nanovllm bench 16 seqs; llama-bench) | %s | %s |"
+      % (cell(vals.get(("nanovllm", "bw_bench"), [])), cell(vals.get(("llama.cpp", "bw_bench"), []))))
+print("| before the batched runs (nanovllm bench 32 seqs; llama-batched-bench) | %s | %s |"
+      % (cell(vals.get(("nanovllm", "bw_batched"), [])), cell(vals.get(("llama.cpp", "bw_batched"), []))))
+# One-sequence decode is bound by the bytes of the weights: each run's tok/s over its probe.
+per = {}
+for engine in ("nanovllm", "llama.cpp"):
+    d, bw = vals.get((engine, "decode_1seq"), []), vals.get((engine, "bw_bench"), [])
+    if len(d) == len(bw) and d:
+        per[engine] = statistics.median(x / y for x, y in zip(d, bw))
+if len(per) == 2:
+    print("\n1-seq decode per probed GB/s (each run's tok/s over its probe), medians: nanovllm %.3f, "
+          "llama.cpp %.3f: %.2fx" % (per["nanovllm"], per["llama.cpp"], per["nanovllm"] / per["llama.cpp"]))
 print("\nload average (1 min) before the first run: %s, after the last: %s" % (sys.argv[3], sys.argv[4]))
 if bad:
     sys.exit("side_by_side: some figures are missing (see the logs)")
