@@ -9,6 +9,16 @@
 
 namespace nanovllm {
 
+// Parameters of the experts one token runs (num_experts_per_tok of each sparse layer). 0 for a
+// dense model.
+inline int64_t expert_params_per_token(const ModelConfig& c) {
+  int64_t total = 0;
+  for (int i = 0; i < c.num_hidden_layers; ++i)
+    if (c.is_sparse_layer(i))
+      total += int64_t(c.num_experts_per_tok) * 3 * c.moe_intermediate_size * c.hidden_size;
+  return total;
+}
+
 // Parameters of the linear layers of all decoder layers (q, k, v, o, gate, up, down) that one
 // token runs: a sparse MoE layer counts its router and num_experts_per_tok experts.
 inline int64_t decoder_linear_params(const ModelConfig& c) {
@@ -17,11 +27,9 @@ inline int64_t decoder_linear_params(const ModelConfig& c) {
   int64_t total = 0;
   for (int i = 0; i < c.num_hidden_layers; ++i) {
     total += (q + 2 * kv) * H + H * q;
-    total += c.is_sparse_layer(i) ? int64_t(c.num_experts) * H +
-                                        int64_t(c.num_experts_per_tok) * 3 * c.moe_intermediate_size * H
-                                  : 3 * I * H;
+    total += c.is_sparse_layer(i) ? int64_t(c.num_experts) * H : 3 * I * H;  // router or MLP
   }
-  return total;
+  return total + expert_params_per_token(c);
 }
 
 // Experts of one sparse layer that a decode step of `tokens` tokens reads, in expectation when
@@ -32,34 +40,9 @@ inline double expected_active_experts(const ModelConfig& c, double tokens) {
   return E * (1.0 - std::pow(1.0 - k / E, tokens));
 }
 
-// Weight bytes one decode step of `tokens` tokens streams: every decoder linear (in `linear`;
-// of a sparse layer the bf16 router and the expected active experts), the lm_head (in `table`),
-// the bf16 norms. Quantized formats count their scales (runtime/quant.h).
-inline int64_t weight_bytes_per_decode_step(const ModelConfig& c, QuantScheme linear = {},
-                                            QuantScheme table = {}, double tokens = 1) {
-  const int64_t H = c.hidden_size, D = c.head_dim, I = c.intermediate_size;
-  const int64_t q = int64_t(c.num_attention_heads) * D, kv = int64_t(c.num_key_value_heads) * D;
-  auto bytes = [](QuantScheme s, int64_t n, int64_t k) {
-    return double(n) * double(k) * quantized_bytes_per_weight(s, k);
-  };
-  const int64_t Ie = c.moe_intermediate_size;
-  double layers = 0;
-  for (int i = 0; i < c.num_hidden_layers; ++i) {
-    layers += bytes(linear, q + 2 * kv, H) + bytes(linear, H, q);
-    if (c.is_sparse_layer(i)) {
-      layers += bytes({}, c.num_experts, H) +
-                expected_active_experts(c, tokens) * (bytes(linear, 2 * Ie, H) + bytes(linear, H, Ie));
-    } else {
-      layers += bytes(linear, 2 * I, H) + bytes(linear, H, I);
-    }
-  }
-  const int64_t norms = int64_t(c.num_hidden_layers) * (2 * H + 2 * D) + H;
-  return int64_t(layers + bytes(table, c.vocab_size, H)) + 2 * norms;
-}
-
 // Weight bytes of the experts (gate_up and down, in `linear`) that one decode step of `tokens`
-// tokens reads: the expected active experts of every sparse layer. Part of
-// weight_bytes_per_decode_step; 0 for a dense model.
+// tokens reads: the expected active experts of every sparse layer. 0 for a dense
+// model.
 inline double expert_bytes_per_decode_step(const ModelConfig& c, QuantScheme linear = {},
                                            double tokens = 1) {
   const int64_t H = c.hidden_size, Ie = c.moe_intermediate_size;
@@ -72,14 +55,27 @@ inline double expert_bytes_per_decode_step(const ModelConfig& c, QuantScheme lin
   return total;
 }
 
-// Parameters of the experts one token runs (num_experts_per_tok of each sparse layer). Part of
-// decoder_linear_params; 0 for a dense model.
-inline int64_t expert_params_per_token(const ModelConfig& c) {
-  int64_t total = 0;
-  for (int i = 0; i < c.num_hidden_layers; ++i)
-    if (c.is_sparse_layer(i))
-      total += int64_t(c.num_experts_per_tok) * 3 * c.moe_intermediate_size * c.hidden_size;
-  return total;
+// Weight bytes one decode step of `tokens` tokens streams: every decoder linear (in `linear`;
+// of a sparse layer the bf16 router and the expected active experts), the lm_head (in `table`),
+// the bf16 norms. Quantized formats count their scales (runtime/quant.h).
+inline int64_t weight_bytes_per_decode_step(const ModelConfig& c, QuantScheme linear = {},
+                                            QuantScheme table = {}, double tokens = 1) {
+  const int64_t H = c.hidden_size, D = c.head_dim, I = c.intermediate_size;
+  const int64_t q = int64_t(c.num_attention_heads) * D, kv = int64_t(c.num_key_value_heads) * D;
+  auto bytes = [](QuantScheme s, int64_t n, int64_t k) {
+    return double(n) * double(k) * quantized_bytes_per_weight(s, k);
+  };
+  double layers = expert_bytes_per_decode_step(c, linear, tokens);
+  for (int i = 0; i < c.num_hidden_layers; ++i) {
+    layers += bytes(linear, q + 2 * kv, H) + bytes(linear, H, q);
+    if (c.is_sparse_layer(i)) {
+      layers += bytes({}, c.num_experts, H);  // the router, bf16
+    } else {
+      layers += bytes(linear, 2 * I, H) + bytes(linear, H, I);
+    }
+  }
+  const int64_t norms = int64_t(c.num_hidden_layers) * (2 * H + 2 * D) + H;
+  return int64_t(layers + bytes(table, c.vocab_size, H)) + 2 * norms;
 }
 
 // Matmul FLOPs of one prompt token (2 per multiply-add; attention and lm_head excluded).
