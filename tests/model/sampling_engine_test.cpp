@@ -130,7 +130,10 @@ TEST(SamplingEngine, SeededRepeatsUnseededDiffersAcrossEngines) {
     return completion(*run_all(engine).begin()->second);
   };
   EXPECT_EQ(run(1234), run(1234)) << "an explicit seed repeats across engines";
-  EXPECT_NE(run(std::nullopt), run(std::nullopt)) << "without a seed two engines must differ";
+  // Three, not two: the tiny model's random weights make some paths likely enough that two
+  // unseeded draws can agree by chance (cli_flags_test.cpp measured it on 12 tokens).
+  const auto u1 = run(std::nullopt), u2 = run(std::nullopt), u3 = run(std::nullopt);
+  EXPECT_TRUE(u1 != u2 || u2 != u3) << "without a seed three engines gave the same tokens";
 }
 
 TEST(SamplingEngine, StopTokenIdsAndMinTokens) {
