@@ -107,17 +107,28 @@ struct PhaseWork {
   double decode_attention_flops = 0;  // the attention part of decode_flops
 };
 
+// sum of min(n, window) over n = a..b (window 0: of n), the keys that queries seeing a..b keys
+// read under a sliding window.
+inline double windowed_keys(double a, double b, int window) {
+  if (b < a) return 0;
+  const double w = window;
+  if (window <= 0 || b <= w) return (a + b) * (b - a + 1) / 2;
+  if (a > w) return w * (b - a + 1);
+  return (a + w) * (w - a + 1) / 2 + w * (b - w);
+}
+
 inline PhaseWork phase_work(const ModelConfig& c, const std::vector<int>& prompt,
                             const std::vector<int>& output, int64_t kv_elem_bytes) {
   PhaseWork w;
   const double kvb = double(kv_bytes_per_token(c, kv_elem_bytes));
   for (size_t i = 0; i < prompt.size(); ++i) {
     const double p = prompt[i], o = output[i];
-    // causal prefill: query t (0-based) attends to t + 1 keys: sum = p (p + 1) / 2
-    w.prefill_flops += p * matmul_flops_per_token(c) + attention_flops(c, p * (p + 1) / 2) + lm_head_flops(c);
+    // causal prefill: query t (0-based) attends to t + 1 keys (at most the sliding window)
+    w.prefill_flops += p * matmul_flops_per_token(c) +
+                       attention_flops(c, windowed_keys(1, p, c.sliding_window)) + lm_head_flops(c);
     if (o <= 1) continue;
-    // decode token j = 1..o-1 attends to p + j keys: sum = (o - 1) p + (o - 1) o / 2
-    const double keys = (o - 1) * p + (o - 1) * o / 2;
+    // decode token j = 1..o-1 attends to p + j keys (at most the sliding window)
+    const double keys = windowed_keys(p + 1, p + o - 1, c.sliding_window);
     w.decode_tokens += o - 1;
     w.decode_flops += (o - 1) * (matmul_flops_per_token(c) + lm_head_flops(c)) + attention_flops(c, keys);
     w.decode_attention_flops += attention_flops(c, keys);

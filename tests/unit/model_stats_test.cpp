@@ -1,7 +1,9 @@
 // The bench's napkin math (model/model_stats.h) against counting it out token by token.
+#include "model/model_stats.h"
+
 #include <gtest/gtest.h>
 
-#include "model/model_stats.h"
+#include <algorithm>
 
 namespace nanovllm {
 namespace {
@@ -56,16 +58,25 @@ TEST(ModelStats, MixtureOfExpertsCountsTheActiveExperts) {
   EXPECT_EQ(expert_bytes_per_decode_step(qwen3_06b(), {}, 16), 0.0);
 }
 
-TEST(ModelStats, PhaseWorkCountsEveryToken) {
-  const ModelConfig c = qwen3_06b();
+// Every query's keys counted one by one, with no window and under sliding windows (Mistral:
+// a query sees at most `window` keys).
+class PhaseWorkTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(PhaseWorkTest, CountsEveryToken) {
+  ModelConfig c = qwen3_06b();
+  c.sliding_window = GetParam();
+  auto seen = [&](int keys) {
+    return c.sliding_window > 0 ? std::min(keys, c.sliding_window) : keys;
+  };
   const std::vector<int> prompt = {5, 128, 1}, output = {3, 128, 1};
   const PhaseWork w = phase_work(c, prompt, output, 2);
   double prefill = 0, decode = 0, kv = 0, tokens = 0;
   for (size_t i = 0; i < prompt.size(); ++i) {
-    for (int t = 0; t < prompt[i]; ++t) prefill += matmul_flops_per_token(c) + attention_flops(c, t + 1);
+    for (int t = 0; t < prompt[i]; ++t)
+      prefill += matmul_flops_per_token(c) + attention_flops(c, seen(t + 1));
     prefill += lm_head_flops(c);
     for (int j = 1; j < output[i]; ++j) {  // the token at position prompt + j - 1
-      const int keys = prompt[i] + j;
+      const int keys = seen(prompt[i] + j);
       decode += matmul_flops_per_token(c) + lm_head_flops(c) + attention_flops(c, keys);
       kv += double(keys) * double(kv_bytes_per_token(c, 2));
       tokens += 1;
@@ -76,11 +87,13 @@ TEST(ModelStats, PhaseWorkCountsEveryToken) {
   EXPECT_DOUBLE_EQ(w.decode_kv_bytes, kv);
   double attention = 0;
   for (size_t i = 0; i < prompt.size(); ++i)
-    for (int j = 1; j < output[i]; ++j) attention += attention_flops(c, prompt[i] + j);
+    for (int j = 1; j < output[i]; ++j) attention += attention_flops(c, seen(prompt[i] + j));
   EXPECT_DOUBLE_EQ(w.decode_attention_flops, attention);
   EXPECT_DOUBLE_EQ(w.decode_tokens, tokens);
   EXPECT_DOUBLE_EQ(w.decode_tokens, 2 + 127);
 }
+
+INSTANTIATE_TEST_SUITE_P(Windows, PhaseWorkTest, ::testing::Values(0, 1, 4, 100, 200, 1000));
 
 }  // namespace
 }  // namespace nanovllm
