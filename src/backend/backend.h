@@ -47,6 +47,9 @@ struct LayerKVCache {
   Tensor v;
   float k_scale = 1.0f;
   float v_scale = 1.0f;
+  // Mistral's sliding window: the query at position p attends to keys (p - sliding_window, p]
+  // (transformers' sliding_window_overlay); 0: to every key up to p.
+  int64_t sliding_window = 0;
 };
 
 // Bytes free and in all on the device (CPU: MemAvailable and MemTotal of /proc/meminfo).

@@ -75,12 +75,6 @@ LLMEngine::LLMEngine(const Config& config, std::unique_ptr<Backend> backend,
   model_config_ = load_model_config(config_.model);
   generation_config_ = load_generation_config(config_.model);
   config_.max_model_len = std::min(config_.max_model_len, model_config_.max_position_embeddings);
-  if (model_config_.sliding_window > 0 && config_.max_model_len > model_config_.sliding_window)
-    fail("{}: the model attends within a sliding window of {} tokens (config.json "
-         "'sliding_window'), which this engine does not implement; max_model_len {} would pass "
-         "it: use --max-model-len {} or less (attention is exact there)",
-         config_.model, model_config_.sliding_window, config_.max_model_len,
-         model_config_.sliding_window);
   eos_token_ids_ = model_config_.eos_token_ids;
   for (int id : generation_config_.eos_token_ids) {
     if (std::find(eos_token_ids_.begin(), eos_token_ids_.end(), id) == eos_token_ids_.end()) {

@@ -37,8 +37,8 @@ struct ModelConfig {
   double rms_norm_eps = 1e-6;
   double rope_theta = 10000.0;        // rope_theta, or rope_parameters.rope_theta
   RopeScaling rope_scaling;
-  int sliding_window = 0;             // Mistral's attention window (0: none); the engine runs
-                                      // only max_model_len <= sliding_window (exact there)
+  int sliding_window = 0;             // Mistral's attention window (0: none): the query at p
+                                      // attends to keys (p - sliding_window, p]
   bool attention_bias = false;        // q/k/v biases (Qwen2: true unless the config says otherwise)
   bool qk_norm = false;               // per-head q_norm / k_norm before RoPE (Qwen3)
   bool tie_word_embeddings = false;

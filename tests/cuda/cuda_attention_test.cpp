@@ -1,7 +1,8 @@
 // The CUDA paged-KV ops against the fp32 reference: store_kv (slot -1 skipped), the fused
 // q/k-norm + RoPE + store_kv (equal to the separate ops bit for bit), prefill attention (varlen,
 // prefix-cached context, GQA, odd lengths) and split-K decode attention (multi-partition
-// contexts, batch invariance), each over a bf16 and an fp8 (E4M3) cache; under fp8 the reference
+// contexts, batch invariance), each over a bf16 and an fp8 (E4M3) cache, also under Mistral's
+// sliding window (LayerKVCache::sliding_window); under fp8 the reference
 // reads K/V rounded as the cache stores them (fp8(x / scale) * scale) and store_kv must write
 // exactly runtime/fp8.h's codes. Unused cache blocks and padded block-table columns hold NaN, so
 // any read outside a sequence's keys shows. Needs a GPU (label cuda).
@@ -50,7 +51,7 @@ class CudaAttention : public test::CudaTest {
         for (int64_t i = 0; i < seqs[b].seqlen_q; ++i, ++row)
           qb.insert(qb.end(), qkv.begin() + row * width, qkv.begin() + row * width + hq * d);
         Vec o = ref::attention(qb, k[b], v[b], seqs[b].seqlen_q, seqs[b].context, hq, hkv, d, scale,
-                               fp8 ? &*fp8 : nullptr);
+                               fp8 ? &*fp8 : nullptr, cache.sliding_window);
         out.insert(out.end(), o.begin(), o.end());
       }
       return out;
@@ -205,6 +206,84 @@ TEST_F(CudaAttention, DecodeSplitKAndBatchInvariance) {
       Vec alone = get(out1);
       EXPECT_TRUE(std::equal(alone.begin(), alone.end(), all.begin() + 4 * row_elems))
           << "decode output of a sequence depends on its batch (table width " << w << ")";
+    }
+  }
+}
+
+// Mistral's sliding window (the query at p attends to keys (p - W, p]) against the windowed
+// reference: windows of 1, under a key tile, across tiles (not a multiple of the block size) and
+// past every context (which must give the unwindowed bits); chunked prefill (seqlen_q < context)
+// included, so whole tiles below a window are skipped and rows mask inside one.
+TEST_F(CudaAttention, PrefillSlidingWindow) {
+  struct Shape {
+    int64_t hq, hkv, d, bs;
+  };
+  for (const auto& fp8 : kCaches) {
+    SCOPED_TRACE(cache_name(fp8));
+    // 64 and 128 on the tensor cores (GQA 2 and 3), 256 on the CUDA cores.
+    for (Shape s : {Shape{4, 2, 64, 16}, Shape{12, 4, 128, 32}, Shape{8, 8, 256, 32}}) {
+      auto c = make_case(s.hq, s.hkv, s.d, s.bs, {{1, 1}, {37, 37}, {5, 70}, {90, 200}, {3, 150}},
+                         /*prefill=*/true, fp8);
+      const float scale = 1.0f / std::sqrt(float(s.d));
+      Tensor plain = poisoned(DType::BF16, {c->tokens, s.hq, s.d});
+      be->attention_prefill(plain, c->q(), c->cache, c->batch, scale);
+      const Vec unwindowed = get(plain);
+      for (int64_t window : {1, 40, 100, 1000}) {
+        SCOPED_TRACE("window " + std::to_string(window));
+        c->cache.sliding_window = window;
+        Tensor out = poisoned(DType::BF16, {c->tokens, s.hq, s.d});
+        be->attention_prefill(out, c->q(), c->cache, c->batch, scale);
+        const Vec got = get(out);
+        expect_close_scaled(got, c->reference(scale), 2e-2, "attention_prefill (window)");
+        if (window >= 200) {
+          EXPECT_TRUE(got == unwindowed) << "a window past the context changed";
+        }
+      }
+    }
+  }
+}
+
+// Decode under a sliding window: windows inside one partition, across a partition boundary (the
+// split path, its first partition starting mid-partition and mid-block) and past the context
+// (the unwindowed bits); a windowed sequence alone gives the bits it gives in the batch.
+TEST_F(CudaAttention, DecodeSlidingWindow) {
+  struct Shape {
+    int64_t hq, hkv, d, bs;
+  };
+  for (const auto& fp8 : kCaches) {
+    SCOPED_TRACE(cache_name(fp8));
+    for (Shape s : {Shape{4, 2, 32, 16}, Shape{16, 8, 128, 256}, Shape{12, 4, 64, 16},
+                    Shape{8, 8, 256, 32}}) {
+      std::vector<SeqSpec> specs;
+      for (int64_t ctx : {1, 255, 256, 257, 700, 33, 1100}) specs.push_back({1, ctx});
+      auto c = make_case(s.hq, s.hkv, s.d, s.bs, specs, /*prefill=*/false, fp8);
+      const float scale = 1.0f / std::sqrt(float(s.d));
+      Tensor plain = poisoned(DType::BF16, {c->tokens, s.hq, s.d});
+      be->attention_decode(plain, c->q(), c->cache, c->batch, scale);
+      const Vec unwindowed = get(plain);
+      for (int64_t window : {1, 5, 200, 300, 513, 5000}) {
+        SCOPED_TRACE("window " + std::to_string(window));
+        c->cache.sliding_window = window;
+        Tensor out = poisoned(DType::BF16, {c->tokens, s.hq, s.d});
+        be->attention_decode(out, c->q(), c->cache, c->batch, scale);
+        const Vec all = get(out);
+        expect_close_scaled(all, c->reference(scale), 2e-2, "attention_decode (window)");
+        if (window >= 1100) {
+          EXPECT_TRUE(all == unwindowed) << "a window past the context changed";
+        }
+
+        // Sequence 6 (1100 keys; 2 or 3 partitions under windows 200 to 513) alone.
+        ForwardBatch one = c->batch;
+        one.num_seqs = 1;
+        one.num_tokens = 1;
+        one.context_lens = c->batch.context_lens.slice_rows(6, 7);
+        one.block_tables = c->batch.block_tables.slice_rows(6, 7);
+        Tensor out1 = poisoned(DType::BF16, {1, s.hq, s.d});
+        be->attention_decode(out1, c->q().slice_rows(6, 7), c->cache, one, scale);
+        const Vec alone = get(out1);
+        EXPECT_TRUE(std::equal(alone.begin(), alone.end(), all.begin() + 6 * s.hq * s.d))
+            << "windowed decode output of a sequence depends on its batch";
+      }
     }
   }
 }

@@ -1,10 +1,10 @@
 // What the Llama family adds to the Qwen decoder, through the whole engine: llama3 RoPE scaling
 // reaches the output (and the reference forward, written from transformers' own formula, agrees
-// at positions where the scaled frequencies have turned far), Mistral's sliding window bounds
-// max_model_len with an error that names the fix, and text prompts get the BOS (Llama 3's
-// tokenizer, and Llama 2's SentencePiece-style one on a Mistral model). The shared paths (logits, greedy tokens, prefix
-// cache, preemption, chunked prefill, TP, the CUDA emulator) run the tiny-llama and tiny-mistral
-// presets in their own suites.
+// at positions where the scaled frequencies have turned far), Mistral's sliding window matches
+// the reference past the window, and text prompts get the BOS (Llama 3's
+// tokenizer, and Llama 2's SentencePiece-style one on a Mistral model). The shared paths (logits,
+// greedy tokens, prefix cache, preemption, chunked prefill, TP, the CUDA emulator) run the
+// tiny-llama and tiny-mistral presets in their own suites.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -57,23 +57,36 @@ TEST(LlamaFamily, Llama3RopeScalingReachesTheOutput) {
   EXPECT_GT(linear_vs_plain, 1e-2);  // measured 1.7e-1
 }
 
-TEST(LlamaFamily, SlidingWindowBoundsMaxModelLen) {
-  const std::string model = test::tiny_model("tiny-mistral");  // window 4096
-  Config c = test::tiny_config(model);
-  c.max_model_len = 4097;
-  try {
+// Mistral's sliding window (tiny-mistral's is 24 tokens) on a 100-token prompt: the engine's
+// logits against the reference forward with the window (transformers' sliding_window_overlay),
+// the window visibly changes them, and a window longer than the context changes no bit. Greedy
+// tokens past the window, prefix caching, preemption, chunked prefill and TP run the same preset
+// in their own suites.
+TEST(LlamaFamily, SlidingWindowMatchesTheReference) {
+  const std::string model = test::tiny_model("tiny-mistral");
+  ASSERT_EQ(load_model_config(model).sliding_window, 24);
+  const std::string none = test::with_config_field(model, "sliding_window", nullptr, "nowindow");
+  const std::string wide = test::with_config_field(model, "sliding_window", 4096, "wide");
+  const std::vector<int32_t> prompt =
+      test::random_prompts(1, test::vocab_size(model), 100, 100, 5)[0];
+  std::map<std::string, std::vector<float>> got;
+  for (const std::string& m : {model, none, wide}) {
+    Config c = test::tiny_config(m);
+    c.max_model_len = 4096;       // above the window: accepted
+    c.kv_cache_memory = 8 << 20;  // one sequence of 4096 tokens
     LLMEngine engine(c);
-    ADD_FAILURE() << "max_model_len above the sliding window was accepted";
-  } catch (const Error& e) {
-    const std::string msg = e.what();
-    for (const char* part : {"sliding window of 4096 tokens", "'sliding_window'", "max_model_len 4097",
-                             "--max-model-len 4096"})
-      EXPECT_NE(msg.find(part), std::string::npos) << part << " not in: " << msg;
+    got[m] = test::prefill_logits(engine, prompt);
   }
-  c.max_model_len = 4096;
-  c.kv_cache_memory = 8 << 20;  // one sequence of 4096 tokens
-  LLMEngine engine(c);
-  EXPECT_EQ(engine.config().max_model_len, 4096);
+  const ref::ReferenceModel reference(model, ref::Precision::kBf16Storage);
+  const double err = test::relative_error(got[model], reference.last_logits(prompt));
+  const double change = test::relative_error(got[model], got[none]);
+  std::printf(
+      "tiny-mistral, window 24, 100 tokens: error / max |logit| against the reference "
+      "%.2e; change from the window %.2e\n",
+      err, change);
+  EXPECT_LT(err, 5e-3);
+  EXPECT_GT(change, 1e-2);
+  EXPECT_EQ(got[wide], got[none]);  // a window past the context is no window, bit for bit
 }
 
 // A raw text prompt gets the tokenizer's post-processor tokens (Llama 3's <|begin_of_text|>,

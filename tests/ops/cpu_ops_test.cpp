@@ -261,6 +261,7 @@ struct SeqSpec {
 // metadata, and each sequence's contiguous bf16-valued K/V for the reference.
 struct PagedCase {
   int64_t hq, hkv, d, block_size, num_blocks = 0;
+  int64_t window = 0;  // the cache's sliding window (0: none)
   std::vector<SeqSpec> seqs;
   std::vector<uint16_t> k_cache, v_cache;  // [num_blocks, block_size, hkv, d]
   std::vector<Vec> k, v;                   // per seq [context, hkv, d]
@@ -325,8 +326,11 @@ struct PagedCase {
 
   int64_t tokens() const { return batch.num_tokens; }
   LayerKVCache cache() {
-    return {Tensor::contiguous(k_cache.data(), DType::BF16, {num_blocks, block_size, hkv, d}),
-            Tensor::contiguous(v_cache.data(), DType::BF16, {num_blocks, block_size, hkv, d})};
+    LayerKVCache c{
+        Tensor::contiguous(k_cache.data(), DType::BF16, {num_blocks, block_size, hkv, d}),
+        Tensor::contiguous(v_cache.data(), DType::BF16, {num_blocks, block_size, hkv, d})};
+    c.sliding_window = window;
+    return c;
   }
   Tensor q_view() {
     return t2(q.data(), DType::F32, tokens(), (hq + 2 * hkv) * d)
@@ -343,7 +347,8 @@ struct PagedCase {
       for (int64_t i = 0; i < seqs[b].seqlen_q; ++i, ++row)
         qb.insert(qb.end(), q.begin() + row * width, q.begin() + row * width + hq * d);
       if (round_q) qb = ref::round_bf16(qb);
-      Vec o = ref::attention(qb, k[b], v[b], seqs[b].seqlen_q, seqs[b].context, hq, hkv, d, scale);
+      Vec o = ref::attention(qb, k[b], v[b], seqs[b].seqlen_q, seqs[b].context, hq, hkv, d, scale,
+                             nullptr, window);
       out.insert(out.end(), o.begin(), o.end());
     }
     return out;
@@ -482,6 +487,61 @@ TEST_F(CpuOps, AttentionDecodeWideShapesBothIsas) {
                                           << " hkv=" << hkv << " bs=" << bs);
           expect_close(out, c.reference(scale), 2e-5f, 1e-4f, "attention_decode wide");
         }
+  }
+}
+
+// Mistral's sliding window W (query at p sees keys (p - W, p]) against the reference: prefill
+// (whole prompts and chunks after a cached prefix, windows of one key, inside one tile, across
+// tiles and cache blocks, wider than the context) on every prefill kernel, and decode on both
+// ISAs (windows that start mid-partition, partitions skipped whole, the GQA-16 path through the
+// prefill kernel). A window at least as long as every context changes no bit.
+TEST_F(CpuOps, AttentionSlidingWindow) {
+  struct Shape {
+    int64_t hq, hkv, d;
+  };
+  const std::vector<Shape> shapes = {{4, 2, 64}, {6, 2, 32}, {16, 8, 128}, {32, 2, 64}};
+  const std::vector<SeqSpec> prefill = {{100, 100}, {30, 130}, {1, 77}, {64, 64}, {5, 6}};
+  const std::vector<SeqSpec> decode = {{1, 1}, {1, 24}, {1, 25}, {1, 600}, {1, 1100}, {1, 1536}};
+  auto run = [&](cpu::CpuBackend& b, PagedCase& c, float scale) {
+    Vec out(size_t(c.tokens() * c.hq * c.d));
+    const Tensor o = Tensor::contiguous(out.data(), DType::F32, {c.tokens(), c.hq, c.d});
+    if (c.batch.is_prefill)
+      b.attention_prefill(o, c.q_view(), c.cache(), c.batch, scale);
+    else
+      b.attention_decode(o, c.q_view(), c.cache(), c.batch, scale);
+    return out;
+  };
+  for (const Shape& sh : shapes) {
+    const float scale = 1.0f / std::sqrt(float(sh.d));
+    for (const auto& pb : prefill_backends()) {
+      PagedCase c(rng, sh.hq, sh.hkv, sh.d, 16, prefill, true);
+      const Vec full = run(*pb, c, scale);
+      for (int64_t w : {1, 7, 24, 48, 64, 65, 130}) {
+        c.window = w;
+        SCOPED_TRACE(testing::Message() << pb->describe() << " hq=" << sh.hq << " hkv=" << sh.hkv
+                                        << " d=" << sh.d << " window=" << w);
+        const Vec out = run(*pb, c, scale);
+        if (w >= 130)
+          EXPECT_EQ(out, full);
+        else
+          expect_prefill_close(*pb, out, c, scale, "attention_prefill window");
+      }
+    }
+    for (cpu::CpuIsa isa : {cpu::CpuIsa::Auto, cpu::CpuIsa::AVX2}) {
+      cpu::CpuBackend ibe(2, isa);
+      PagedCase c(rng, sh.hq, sh.hkv, sh.d, 16, decode, false);
+      const Vec full = run(ibe, c, scale);
+      for (int64_t w : {1, 24, 100, 512, 513, 1000, 1536}) {
+        c.window = w;
+        SCOPED_TRACE(testing::Message() << "isa=" << cpu::cpu_isa_name(isa) << " hq=" << sh.hq
+                                        << " hkv=" << sh.hkv << " d=" << sh.d << " window=" << w);
+        const Vec out = run(ibe, c, scale);
+        if (w >= 1536)
+          EXPECT_EQ(out, full);
+        else
+          expect_close(out, c.reference(scale), 2e-5f, 1e-4f, "attention_decode window");
+      }
+    }
   }
 }
 

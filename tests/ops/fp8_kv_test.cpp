@@ -40,6 +40,7 @@ Vec random_vec(std::mt19937& rng, size_t n, float lo, float hi) {
 struct Fp8Case {
   int64_t hq, hkv, d, bs, num_blocks = 0;
   float k_scale, v_scale;
+  int64_t window = 0;  // the cache's sliding window (0: none)
   std::vector<SeqSpec> seqs;
   std::vector<uint8_t> k_cache, v_cache;  // [num_blocks, bs, hkv, d] E4M3 codes
   std::vector<Vec> k, v;                  // per seq [context, hkv, d], raw f32
@@ -128,7 +129,7 @@ struct Fp8Case {
   LayerKVCache cache() {
     return {Tensor::contiguous(k_cache.data(), DType::F8E4M3, {num_blocks, bs, hkv, d}),
             Tensor::contiguous(v_cache.data(), DType::F8E4M3, {num_blocks, bs, hkv, d}), k_scale,
-            v_scale};
+            v_scale, window};
   }
   Tensor q_view() { return Tensor::contiguous(q.data(), DType::F32, {tokens(), hq, d}); }
   // An absolute tolerance for the outputs: f32 rounding of scores (up to |q| |k| d) and of the
@@ -150,7 +151,7 @@ struct Fp8Case {
       if (round_q) qb = ref::round_bf16(qb);
       row += seqs[b].seqlen_q;
       Vec o = ref::attention(qb, k[b], v[b], seqs[b].seqlen_q, seqs[b].context, hq, hkv, d, scale,
-                             &fp8);
+                             &fp8, window);
       out.insert(out.end(), o.begin(), o.end());
     }
     return out;
@@ -241,6 +242,37 @@ TEST(Fp8KvCache, AttentionMatchesRoundedReferenceBothIsas) {
                                 c.q_view(), c.cache(), c.batch, scale);
             expect_close(dout, c.reference(scale), c.atol(), 2e-4f, "fp8 attention_decode");
           }
+  }
+}
+
+// Mistral's sliding window over an fp8 cache: prefill and decode (a window inside the first
+// partition and one past it) against the rounded reference, on every kernel.
+TEST(Fp8KvCache, SlidingWindowMatchesRoundedReference) {
+  std::mt19937 rng(12);
+  const bool bf16 = cpu::bf16_prefill_available(cpu::cpu_isa_from_env());
+  for (auto [isa, prefill_bf16] :
+       {std::pair{cpu::CpuIsa::Auto, false}, std::pair{cpu::CpuIsa::Auto, bf16},
+        std::pair{cpu::CpuIsa::AVX2, false}}) {
+    cpu::CpuBackend be(2, isa, prefill_bf16);
+    for (auto [hq, hkv] : {std::pair<int64_t, int64_t>{16, 8}, {6, 2}})
+      for (int64_t w : {20, 530}) {
+        SCOPED_TRACE(testing::Message() << "isa=" << cpu::cpu_isa_name(isa) << " bf16 prefill="
+                                        << be.prefill_bf16() << " hq=" << hq << " window=" << w);
+        const float scale = 1.0f / std::sqrt(128.0f);
+        Fp8Case p(rng, be, hq, hkv, 128, 16, {{20, 75}, {1, 33}, {70, 600}}, true, 0.25f, 3.0f);
+        p.window = w;
+        Vec out(size_t(p.tokens() * hq * 128));
+        be.attention_prefill(Tensor::contiguous(out.data(), DType::F32, {p.tokens(), hq, 128}),
+                             p.q_view(), p.cache(), p.batch, scale);
+        expect_close(out, p.reference(scale, be.prefill_bf16()), p.atol(be.prefill_bf16()), 2e-4f,
+                     "fp8 attention_prefill window");
+        Fp8Case c(rng, be, hq, hkv, 128, 16, {{1, 17}, {1, 600}, {1, 1100}}, false, 0.25f, 3.0f);
+        c.window = w;
+        Vec dout(size_t(c.tokens() * hq * 128));
+        be.attention_decode(Tensor::contiguous(dout.data(), DType::F32, {c.tokens(), hq, 128}),
+                            c.q_view(), c.cache(), c.batch, scale);
+        expect_close(dout, c.reference(scale), c.atol(), 2e-4f, "fp8 attention_decode window");
+      }
   }
 }
 

@@ -143,10 +143,10 @@ Vec gather_rows(const Vec& x, const std::vector<int32_t>& indices, int64_t cols)
   return out;
 }
 
-Vec attention(const Vec& q, const Vec& k_in, const Vec& v_in, int64_t seqlen_q,
-              int64_t context_len, int64_t hq, int64_t hkv, int64_t d, float scale,
-              const Fp8KvScales* fp8) {
-  NV_CHECK(context_len >= seqlen_q && hq % hkv == 0);
+Vec attention(const Vec& q, const Vec& k_in, const Vec& v_in, int64_t seqlen_q, int64_t context_len,
+              int64_t hq, int64_t hkv, int64_t d, float scale, const Fp8KvScales* fp8,
+              int64_t sliding_window) {
+  NV_CHECK(context_len >= seqlen_q && hq % hkv == 0 && sliding_window >= 0);
   Vec k = k_in, v = v_in;
   if (fp8) {
     for (float& x : k) x = fp8_e4m3_to_float(float_to_fp8_e4m3(x / fp8->k_scale)) * fp8->k_scale;
@@ -156,21 +156,24 @@ Vec attention(const Vec& q, const Vec& k_in, const Vec& v_in, int64_t seqlen_q,
   std::vector<double> w(static_cast<size_t>(context_len));
   for (int64_t i = 0; i < seqlen_q; ++i) {
     const int64_t pos = context_len - seqlen_q + i;
+    // keys (pos - sliding_window, pos] under a sliding window, else [0, pos]
+    const int64_t first = sliding_window > 0 ? std::max<int64_t>(0, pos - sliding_window + 1) : 0;
     for (int64_t h = 0; h < hq; ++h) {
       const int64_t kh = h / (hq / hkv);
       const float* qr = &q[size_t((i * hq + h) * d)];
       double mx = -INFINITY;
-      for (int64_t j = 0; j <= pos; ++j) {
+      for (int64_t j = first; j <= pos; ++j) {
         double dot = 0.0;
         for (int64_t e = 0; e < d; ++e) dot += double(qr[e]) * k[size_t((j * hkv + kh) * d + e)];
         w[size_t(j)] = dot * scale;
         mx = std::max(mx, w[size_t(j)]);
       }
       double sum = 0.0;
-      for (int64_t j = 0; j <= pos; ++j) sum += (w[size_t(j)] = std::exp(w[size_t(j)] - mx));
+      for (int64_t j = first; j <= pos; ++j) sum += (w[size_t(j)] = std::exp(w[size_t(j)] - mx));
       for (int64_t e = 0; e < d; ++e) {
         double acc = 0.0;
-        for (int64_t j = 0; j <= pos; ++j) acc += w[size_t(j)] * v[size_t((j * hkv + kh) * d + e)];
+        for (int64_t j = first; j <= pos; ++j)
+          acc += w[size_t(j)] * v[size_t((j * hkv + kh) * d + e)];
         out[size_t((i * hq + h) * d + e)] = float(acc / sum);
       }
     }

@@ -57,8 +57,11 @@ struct Fp8KvScales {
   float k_scale = 1.0f;
   float v_scale = 1.0f;
 };
+// sliding_window > 0: query i attends to keys (its position - sliding_window, its position] only
+// (Mistral; transformers' sliding_window_overlay).
 Vec attention(const Vec& q, const Vec& k, const Vec& v, int64_t seqlen_q, int64_t context_len,
-              int64_t hq, int64_t hkv, int64_t d, float scale, const Fp8KvScales* fp8 = nullptr);
+              int64_t hq, int64_t hkv, int64_t d, float scale, const Fp8KvScales* fp8 = nullptr,
+              int64_t sliding_window = 0);
 
 // The sampling rule of runtime/sampling_rng.h with only temperature, top_k, top_p (the full
 // rule: reference/sampler_reference.h).

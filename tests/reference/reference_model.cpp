@@ -253,7 +253,12 @@ std::vector<std::vector<float>> ReferenceModel::logits_at(const std::vector<int3
         const size_t kh = hh / (Hq / Hkv);
         std::vector<double> s(t + 1);
         double mx = -1e300;
-        for (size_t u = 0; u <= t; ++u) {
+        // Mistral's sliding window (transformers' sliding_window_overlay): keys u > t - window.
+        const size_t first = c.sliding_window > 0 && t + 1 > size_t(c.sliding_window)
+                                 ? t + 1 - size_t(c.sliding_window)
+                                 : 0;
+        for (size_t u = 0; u < first; ++u) s[u] = -INFINITY;  // exp: 0
+        for (size_t u = first; u <= t; ++u) {
           double d = 0;
           for (size_t i = 0; i < D; ++i) d += double(q[t][hh * D + i]) * k[u][kh * D + i];
           s[u] = d / std::sqrt(double(D));

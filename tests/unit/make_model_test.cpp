@@ -340,7 +340,7 @@ TEST_F(MakeModelTest, TinyMistralHasItsWindowAndNoSampling) {
   std::string folder = make(o, "tm");
   ModelConfig c = load_model_config(folder);
   EXPECT_EQ(c.architecture, "MistralForCausalLM");
-  EXPECT_EQ(c.sliding_window, 4096);
+  EXPECT_EQ(c.sliding_window, 24);
   EXPECT_FALSE(c.tie_word_embeddings);
   GenerationConfig g = load_generation_config(folder);
   EXPECT_FALSE(g.temperature.has_value());

@@ -48,7 +48,13 @@ struct AttnArgs {
   const int32_t* block_tables;                                    // [num_seqs, max_num_blocks]
   int64_t max_num_blocks;
   float scale;
+  int64_t window;  // LayerKVCache::sliding_window: the query at p sees keys (p - window, p]; 0: all
 };
+
+// The first key the query at position pos sees: its sliding window's start, else key 0.
+inline int64_t first_key(const AttnArgs& a, int64_t pos) {
+  return a.window > 0 ? std::max<int64_t>(0, pos + 1 - a.window) : 0;
+}
 
 // One prefill work item: every query head of kv head `kv_head`'s GQA group for token rows
 // [t0, t1) of one sequence. attention_decode uses it too, for large GQA groups.
@@ -130,15 +136,18 @@ inline void fp8_row_to_bf16(uint16_t* dst, const uint8_t* src, int64_t n) {  // 
 
 // Shared by both prefill kernels (attention_prefill.cpp, attention_prefill_bf16.cpp): an item's
 // row r (r < rows) is token t0 + r / group, query head kv_head * group + r % group, and sees keys
-// [0, limit); rows past `rows` (a kernel's padding to its vector width) repeat the last row.
+// [first, limit); rows past `rows` (a kernel's padding to its vector width) repeat the last row.
+// Both bounds grow with r.
 struct PrefillRow {
   const float* q;  // [D] of q
-  float limit;     // keys the row sees, as a float for vector compares
+  float first;     // the first key the row sees (first_key), as a float for vector compares
+  float limit;     // keys below it, as a float
 };
 inline PrefillRow prefill_row(const AttnArgs& a, const PrefillItem& it, int64_t rows, int64_t r) {
   const int64_t rr = std::min(r, rows - 1);
   const int64_t t = it.t0 + rr / a.group, h = it.kv_head * a.group + rr % a.group;
-  return {a.q + t * a.q_stride + h * a.q_head_stride, float(it.first_pos + (t - it.q_begin) + 1)};
+  const int64_t pos = it.first_pos + (t - it.q_begin);
+  return {a.q + t * a.q_stride + h * a.q_head_stride, float(first_key(a, pos)), float(pos + 1)};
 }
 
 // Requests kv head `kv_head`'s K and V rows of keys [k0, k1) into L2 (keys in unallocated blocks
@@ -239,6 +248,8 @@ inline AttnArgs make_args(Tensor out, Tensor q, const LayerKVCache& cache,
   a.block_tables = hb.block_tables.data();
   a.max_num_blocks = hb.max_num_blocks;
   a.scale = cache.k.dtype == DType::F8E4M3 ? scale * cache.k_scale : scale;
+  NV_CHECK(cache.sliding_window >= 0, "attention: sliding window {} < 0", cache.sliding_window);
+  a.window = cache.sliding_window;
   return a;
 }
 

@@ -10,6 +10,8 @@
 // chunk's rows into L2 under the current one. Each query head keeps an online softmax state; a
 // sequence whose context is longer than kPartitionKeys is split into partitions (so that long
 // contexts use every thread) that write partial states merged in partition order afterwards.
+// Under a sliding window W the keys are the last W of the context: the first partition starts
+// at the window's start, the others at the same multiples of kPartitionKeys as without one.
 // GQA groups above 8 go to the prefill kernel instead.
 #include <algorithm>
 #include <cmath>
@@ -666,7 +668,7 @@ void CpuBackend::attention_decode(Tensor out, Tensor q, const LayerKVCache& cach
     return;
   }
   // Each sequence is split into partitions at multiples of kPartitionKeys: a function of its
-  // context length alone, not of the batch or the thread count.
+  // context length (and the window) alone, not of the batch or the thread count.
   const int64_t hq = a.num_kv_heads * a.group, state = hq * (a.head_dim + 2);
   std::vector<DecodeItem> items;
   std::vector<int64_t> seq_parts(static_cast<size_t>(num_seqs));
@@ -674,10 +676,13 @@ void CpuBackend::attention_decode(Tensor out, Tensor q, const LayerKVCache& cach
   for (int b = 0; b < num_seqs; ++b) {
     const int64_t ctx = context_len(hb, b);
     check_context(a, hb, ctx, 1, b);
-    const int64_t parts = std::max<int64_t>(1, (ctx + kPartitionKeys - 1) / kPartitionKeys);
+    const int64_t first = first_key(a, ctx - 1), p0 = first / kPartitionKeys;
+    const int64_t parts = std::max<int64_t>(1, (ctx + kPartitionKeys - 1) / kPartitionKeys - p0);
     seq_parts[size_t(b)] = parts;
-    for (int64_t p = 0; p < parts; ++p)
-      items.push_back({b, p * kPartitionKeys, std::min(ctx, (p + 1) * kPartitionKeys), p, nullptr});
+    for (int64_t p = 0; p < parts; ++p) {
+      const int64_t k0 = std::max(first, (p0 + p) * kPartitionKeys);
+      items.push_back({b, k0, std::min(ctx, (p0 + p + 1) * kPartitionKeys), p, nullptr});
+    }
     if (parts > 1) partial_items += parts;
   }
   std::vector<float> partials(size_t(partial_items * state));

@@ -10,6 +10,10 @@
 // into 8-row vectors of Q^T (no horizontal sums); the online softmax (running max m, sum l) is
 // then elementwise over row vectors, and O^T[d][row] += P^T[key][row] * V[key][d] likewise. Keys
 // beyond the last row's causal limit are never visited; tiles that cross a row's limit are masked.
+// Under a sliding window the walk starts at the tile holding the first row's first key, and
+// tiles below a row's window start are masked for it (tiles stay at multiples of kTile, so a
+// row's arithmetic never depends on the other rows of its item). A row that has seen only masked
+// keys keeps m = -inf, l = 0, O = 0: exp's clamp turns -inf - -inf into a tiny factor, never NaN.
 #include <algorithm>
 #include <vector>
 
@@ -35,7 +39,7 @@ struct PrefillScratch {
   std::vector<float> vf;    // [kTile][D]   the tile's values, f32
   std::vector<float> st;    // [kTile][rp]  S^T, then P^T
   std::vector<float> ot;    // [D][rp]      unnormalized O^T
-  std::vector<float> m, l, corr, lim;  // [rp] running max, running sum, rescale, causal limit
+  std::vector<float> m, l, corr, lim, lo;  // [rp] running max, sum, rescale, key bounds
 };
 
 // S^T[k0 + u][r0 .. r0 + 8 NR) = sum_d Q^T[d][r0 ..] * K[k0 + u][d] for u < KB.
@@ -130,7 +134,7 @@ void run_prefill_item(const AttnArgs& a, const PrefillItem& it, PrefillScratch& 
   sc.qt.resize(size_t(d * rp));
   sc.ot.assign(size_t(d * rp), 0.0f);
   sc.st.resize(size_t(kTile * rp));
-  for (auto* v : {&sc.m, &sc.l, &sc.corr, &sc.lim}) v->resize(size_t(rp));
+  for (auto* v : {&sc.m, &sc.l, &sc.corr, &sc.lim, &sc.lo}) v->resize(size_t(rp));
   // Row r: prefill_row (attention_common.h); padding rows' results are dropped.
   for (int64_t r = 0; r < rows; ++r) {  // the q rows come from memory: request them all first
     const char* q = reinterpret_cast<const char*>(prefill_row(a, it, rows, r).q);
@@ -139,6 +143,7 @@ void run_prefill_item(const AttnArgs& a, const PrefillItem& it, PrefillScratch& 
   for (int64_t r = 0; r < rp; ++r) {
     const PrefillRow row = prefill_row(a, it, rows, r);
     sc.lim[size_t(r)] = row.limit;
+    sc.lo[size_t(r)] = row.first;
     sc.m[size_t(r)] = kNegInf;
     sc.l[size_t(r)] = 0.0f;
     for (int64_t e = 0; e < d; ++e) sc.qt[size_t(e * rp + r)] = row.q[e] * a.scale;
@@ -146,12 +151,14 @@ void run_prefill_item(const AttnArgs& a, const PrefillItem& it, PrefillScratch& 
   const int32_t* table = a.block_tables + it.seq * a.max_num_blocks;
   const int64_t num_keys = int64_t(sc.lim[size_t(rows - 1)]);  // the last row sees the most
   const int64_t min_keys = int64_t(sc.lim[0]);
+  const int64_t max_first = int64_t(sc.lo[size_t(rows - 1)]);  // 0 without a sliding window
+  const int64_t start = int64_t(sc.lo[0]) / kTile * kTile;
   float* st = sc.st.data();
   auto prefetch_keys = [&](int64_t k0, int64_t k1) {
     prefetch_head_keys(a, table, it.kv_head, k0, k1);
   };
-  prefetch_keys(0, std::min(kTile, num_keys));
-  for (int64_t c0 = 0; c0 < num_keys; c0 += kTile) {
+  prefetch_keys(start, std::min(start + kTile, num_keys));
+  for (int64_t c0 = start; c0 < num_keys; c0 += kTile) {
     const int64_t n = std::min(kTile, num_keys - c0);
     prefetch_keys(c0 + kTile, std::min(c0 + 2 * kTile, num_keys));
     for (int64_t j = 0; j < n; ++j) {
@@ -168,26 +175,29 @@ void run_prefill_item(const AttnArgs& a, const PrefillItem& it, PrefillScratch& 
     for (; r0 + 16 <= rp; r0 += 16) qk_rows<2>(sc.qt.data(), rp, r0, sc.kf.data(), n, d, st);
     if (r0 < rp) qk_rows<1>(sc.qt.data(), rp, r0, sc.kf.data(), n, d, st);
     // Online softmax over 8-row vectors; S^T becomes P^T (masked entries 0).
-    const bool masked = c0 + n > min_keys;
+    const bool masked = c0 + n > min_keys || c0 < max_first;
     for (int64_t r = 0; r < rp; r += 8) {
       const __m256 lim = _mm256_loadu_ps(sc.lim.data() + r);
+      const __m256 lo = _mm256_loadu_ps(sc.lo.data() + r);
+      auto valid = [&](int64_t k) {  // lo <= key < lim
+        const __m256 key = _mm256_set1_ps(float(c0 + k));
+        return _mm256_and_ps(_mm256_cmp_ps(key, lim, _CMP_LT_OQ),
+                             _mm256_cmp_ps(key, lo, _CMP_GE_OQ));
+      };
       __m256 mx = _mm256_set1_ps(kNegInf);
       for (int64_t k = 0; k < n; ++k) {
         __m256 s = _mm256_loadu_ps(st + k * rp + r);
-        if (masked) {
-          const __m256 valid = _mm256_cmp_ps(_mm256_set1_ps(float(c0 + k)), lim, _CMP_LT_OQ);
-          s = _mm256_blendv_ps(_mm256_set1_ps(kNegInf), s, valid);
-        }
+        if (masked) s = _mm256_blendv_ps(_mm256_set1_ps(kNegInf), s, valid(k));
         mx = _mm256_max_ps(mx, s);
       }
       const __m256 m_old = _mm256_loadu_ps(sc.m.data() + r);
-      const __m256 m_new = _mm256_max_ps(m_old, mx);  // finite: key 0 is in every row's first tile
+      // -inf only for a row that has seen no key yet (a sliding window's masked tiles)
+      const __m256 m_new = _mm256_max_ps(m_old, mx);
       const __m256 corr = vec::exp(_mm256_sub_ps(m_old, m_new));
       __m256 sum = _mm256_setzero_ps();
       for (int64_t k = 0; k < n; ++k) {
         __m256 p = vec::exp(_mm256_sub_ps(_mm256_loadu_ps(st + k * rp + r), m_new));
-        if (masked)
-          p = _mm256_and_ps(p, _mm256_cmp_ps(_mm256_set1_ps(float(c0 + k)), lim, _CMP_LT_OQ));
+        if (masked) p = _mm256_and_ps(p, valid(k));
         _mm256_storeu_ps(st + k * rp + r, p);
         sum = _mm256_add_ps(sum, p);
       }
@@ -222,7 +232,8 @@ void attention_detail::run_prefill_items(ThreadPool& pool, const AttnArgs& a,
 
 // Per seq b, with K, V = its cached keys/values [ctx_b, Hkv, D] repeated over the GQA group:
 // out[rows of b] = F.scaled_dot_product_attention(q, K, V, scale=scale) under the causal mask
-// that lets query i (at position ctx_b - seqlen_q_b + i) see keys [0, that position].
+// that lets query i (at position p = ctx_b - seqlen_q_b + i) see keys [0, p], or (p - W, p]
+// under a sliding window W (cache.sliding_window).
 void CpuBackend::attention_prefill(Tensor out, Tensor q, const LayerKVCache& cache,
                                    const ForwardBatch& batch, float scale) {
   const AttnArgs a = make_args(out, q, cache, batch, scale);
@@ -240,7 +251,8 @@ void CpuBackend::attention_prefill(Tensor out, Tensor q, const LayerKVCache& cac
     for (int64_t h = 0; h < a.num_kv_heads; ++h)
       for (int64_t t0 = q0; t0 < q1; t0 += block_tokens) {
         const int64_t t1 = std::min(q1, t0 + block_tokens);
-        const int64_t keys = ctx - (q1 - q0) + (t1 - q0);
+        const int64_t pos0 = ctx - (q1 - q0) + (t0 - q0);  // the item's first row's position
+        const int64_t keys = ctx - (q1 - q0) + (t1 - q0) - first_key(a, pos0);
         items.push_back({b, h, q0, t0, t1, ctx - (q1 - q0), (t1 - t0) * keys});
       }
   }

@@ -5,8 +5,10 @@
 // Numerics: q is rounded to bf16 (the keys and values already are), scores are accumulated in
 // f32 and scaled in f32; the softmax (running max m, sum l) is f32; P is rounded to bf16 for
 // P.V, while l sums the unrounded P, so |out - exact| <= 2^-8 max|v| from the P rounding. Every
-// row's arithmetic is fixed by its own position (key tiles from key 0, d pairs in order), never
-// by the other rows of its item, so results do not depend on the batch or the chunking.
+// row's arithmetic is fixed by its own position (key tiles at multiples of kTile, d pairs in
+// order), never by the other rows of its item, so results do not depend on the batch or the
+// chunking. A sliding window masks keys below each row's window start as attention_prefill.cpp
+// does (and the walk starts at the tile of the first row's first key).
 //
 // Layouts (rp = the item's rows padded to 16, lanes = rows):
 //   qp [D/2][rp] u32   (q[r][2p], q[r][2p+1]) as a bf16 pair
@@ -40,7 +42,7 @@ using PairU32 = uint32_t __attribute__((__may_alias__));
 
 struct Bf16Scratch {
   std::vector<uint32_t> qp, pp, vp;
-  std::vector<float> st, ot, m, l, corr, lim;
+  std::vector<float> st, ot, m, l, corr, lim, lo;
   std::vector<uint16_t> stage;  // an fp8 tile's K then V rows as bf16: [2][kTile][D]
 };
 
@@ -141,11 +143,12 @@ void run_item(const AttnArgs& a, const PrefillItem& it, Bf16Scratch& sc) {
   sc.st.resize(size_t(kTile * rp));
   sc.pp.resize(size_t(kTile / 2 * rp));
   sc.vp.resize(size_t(kTile / 2 * d));
-  for (auto* v : {&sc.m, &sc.l, &sc.corr, &sc.lim}) v->resize(size_t(rp));
+  for (auto* v : {&sc.m, &sc.l, &sc.corr, &sc.lim, &sc.lo}) v->resize(size_t(rp));
   // Row r: prefill_row (attention_common.h); padding rows' results are dropped.
   for (int64_t r = 0; r < rp; ++r) {
     const PrefillRow row = prefill_row(a, it, rows, r);
     sc.lim[size_t(r)] = row.limit;
+    sc.lo[size_t(r)] = row.first;
     sc.m[size_t(r)] = kNegInf;
     sc.l[size_t(r)] = 0.0f;
     for (int64_t p = 0; p < dp; ++p)
@@ -155,6 +158,8 @@ void run_item(const AttnArgs& a, const PrefillItem& it, Bf16Scratch& sc) {
   const int32_t* table = a.block_tables + it.seq * a.max_num_blocks;
   const int64_t num_keys = int64_t(sc.lim[size_t(rows - 1)]);  // the last row sees the most
   const int64_t min_keys = int64_t(sc.lim[0]);
+  const int64_t max_first = int64_t(sc.lo[size_t(rows - 1)]);  // 0 without a sliding window
+  const int64_t start = int64_t(sc.lo[0]) / kTile * kTile;
   auto prefetch_keys = [&](int64_t k0, int64_t k1) {
     prefetch_head_keys(a, table, it.kv_head, k0, k1);
   };
@@ -163,8 +168,8 @@ void run_item(const AttnArgs& a, const PrefillItem& it, Bf16Scratch& sc) {
   const uint16_t* vrow[kTile];
   float* st = sc.st.data();
   const __m512 vscale = _mm512_set1_ps(a.scale);
-  prefetch_keys(0, std::min(kTile, num_keys));
-  for (int64_t c0 = 0; c0 < num_keys; c0 += kTile) {
+  prefetch_keys(start, std::min(start + kTile, num_keys));
+  for (int64_t c0 = start; c0 < num_keys; c0 += kTile) {
     const int64_t n = std::min(kTile, num_keys - c0), np = (n + 1) / 2;
     prefetch_keys(c0 + kTile, std::min(c0 + 2 * kTile, num_keys));
     for (int64_t j = 0; j < n; ++j) {
@@ -197,26 +202,30 @@ void run_item(const AttnArgs& a, const PrefillItem& it, Bf16Scratch& sc) {
     for (; r0 + 32 <= rp; r0 += 32) qk_rows<2>(sc.qp.data(), rp, r0, krow, n, dp, st);
     if (r0 < rp) qk_rows<1>(sc.qp.data(), rp, r0, krow, n, dp, st);
     // Online softmax over 16-row vectors; S^T becomes P^T (masked entries 0), then bf16 pairs.
-    const bool masked = c0 + n > min_keys;
+    const bool masked = c0 + n > min_keys || c0 < max_first;
     for (int64_t r = 0; r < rp; r += 16) {
       const __m512 lim = _mm512_loadu_ps(sc.lim.data() + r);
+      const __m512 lo = _mm512_loadu_ps(sc.lo.data() + r);
+      auto valid = [&](int64_t k) {  // lo <= key < lim
+        const __m512 key = _mm512_set1_ps(float(c0 + k));
+        return __mmask16(_mm512_cmp_ps_mask(key, lim, _CMP_LT_OQ) &
+                         _mm512_cmp_ps_mask(key, lo, _CMP_GE_OQ));
+      };
       auto score = [&](int64_t k) {
         const __m512 s = _mm512_mul_ps(_mm512_loadu_ps(st + k * rp + r), vscale);
         if (!masked) return s;
-        const __mmask16 valid = _mm512_cmp_ps_mask(_mm512_set1_ps(float(c0 + k)), lim, _CMP_LT_OQ);
-        return _mm512_mask_blend_ps(valid, _mm512_set1_ps(kNegInf), s);
+        return _mm512_mask_blend_ps(valid(k), _mm512_set1_ps(kNegInf), s);
       };
       __m512 mx = _mm512_set1_ps(kNegInf);
       for (int64_t k = 0; k < n; ++k) mx = _mm512_max_ps(mx, score(k));
       const __m512 m_old = _mm512_loadu_ps(sc.m.data() + r);
-      const __m512 m_new = _mm512_max_ps(m_old, mx);  // finite: key 0 is in every row's first tile
+      // -inf only for a row that has seen no key yet (a sliding window's masked tiles)
+      const __m512 m_new = _mm512_max_ps(m_old, mx);
       const __m512 corr = vec::exp16(_mm512_sub_ps(m_old, m_new));
       __m512 sum = _mm512_setzero_ps();
       for (int64_t k = 0; k < n; ++k) {
         __m512 p = vec::exp16(_mm512_sub_ps(score(k), m_new));
-        if (masked)
-          p = _mm512_maskz_mov_ps(
-              _mm512_cmp_ps_mask(_mm512_set1_ps(float(c0 + k)), lim, _CMP_LT_OQ), p);
+        if (masked) p = _mm512_maskz_mov_ps(valid(k), p);
         _mm512_storeu_ps(st + k * rp + r, p);
         sum = _mm512_add_ps(sum, p);
       }

@@ -6,7 +6,9 @@
 // per chunk of U keys (one exp2 per key and head); the groups merge in shared memory. A sequence
 // with one partition writes its output directly; longer ones write (o, m, l) per partition and a
 // second kernel merges them by log-sum-exp. The partitions of a sequence depend only on its own
-// context length, so its output never depends on the batch.
+// context length, so its output never depends on the batch. Under a sliding window of W keys
+// only the keys [ctx - W, ctx) are read: the partitions stay the kP-aligned ones (a function of
+// ctx and W), from the one that holds key ctx - W on, the first clipped to start there.
 // An fp8 cache is read as codes converted in registers, with k_scale folded into the score
 // scale and v_scale into the output.
 #include "backend/cuda/common.cuh"
@@ -24,8 +26,11 @@ __device__ __forceinline__ float rescale_factor2(float m_old, float m_new) {
   return m_old == -INFINITY ? 0.0f : exp2f(m_old - m_new);
 }
 
-__device__ __forceinline__ int seq_partitions(int ctx) {
-  return ctx <= kP ? 1 : (ctx + kP - 1) / kP;
+// Partitions a sequence uses: the kP-aligned ones from first / kP (its first key) to
+// the one holding its last key; 1 for ctx <= kP (and for ctx = 0).
+__device__ __forceinline__ int seq_partitions(int ctx, int first) {
+  const int p0 = first / kP;
+  return ctx <= (p0 + 1) * kP ? 1 : (ctx + kP - 1) / kP - p0;
 }
 
 // E elements of one K or V row as a lane loads them: 8 (KvElem's 16 bytes of bf16 or 8 of fp8)
@@ -77,13 +82,15 @@ __global__ void __launch_bounds__(kDecodeThreads, lane_elems<C, GT>() == 16 ? 4 
   const int kvh = blockIdx.y, b = blockIdx.z;
   const int G = hq / kv.hkv;
   const int ctx = context_lens[b];
-  const int seq_parts = seq_partitions(ctx);
+  const int first = window_first_key(ctx - 1, kv.sliding_window);
+  const int seq_parts = seq_partitions(ctx, first);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   // A CTA takes partitions blockIdx.x, + gridDim.x, ...: the grid is sized to the machine, the
   // partitions (and so the result) only to the sequence.
   for (int part = blockIdx.x; part < seq_parts; part += gridDim.x) {
-    const int start = part * kP;
-    const int end = min(ctx, start + kP);
+    const int part_start = (first / kP + part) * kP;  // part indexes the sequence's partitions
+    const int start = max(first, part_start);
+    const int end = min(ctx, part_start + kP);
     const int sub = lane % LPK, grp = warp * KPW + lane / LPK;
 
     // Scores are kept in log2 units (q pre-scaled by log2 e), so each exponential is one exp2.
@@ -235,10 +242,11 @@ __global__ void __launch_bounds__(kDecodeThreads, lane_elems<C, GT>() == 16 ? 4 
 // out[b, h] = sum_p w_p o_p / sum_p w_p,  w_p = l_p exp(m_p - max m)  (sequences with more than
 // one partition only). Grid (hq, B), D threads.
 __global__ void decode_merge_kernel(uint16_t* out, int32_t hq, int32_t d,
-                                    const int32_t* context_lens, int num_partitions,
-                                    int32_t num_seqs, const float* partials) {
+                                    const int32_t* context_lens, int32_t sliding_window,
+                                    int num_partitions, int32_t num_seqs, const float* partials) {
   const int h = blockIdx.x, b = blockIdx.y, dim = threadIdx.x;
-  const int np = seq_partitions(context_lens[b]);
+  const int ctx = context_lens[b];
+  const int np = seq_partitions(ctx, window_first_key(ctx - 1, sliding_window));
   if (np == 1) return;
   const int64_t base = (int64_t(b) * hq + h) * num_partitions;
   const float* ml = partials + int64_t(num_seqs) * hq * num_partitions * d;
@@ -280,7 +288,7 @@ void launch_d(uint16_t* out, Rows q, int32_t hq, PagedKV kv, const int32_t* cont
   NV_CUDA_CHECK("attention_decode", cudaGetLastError());
   if (num_partitions > 1) {
     decode_merge_kernel<<<dim3(unsigned(hq), unsigned(num_seqs)), D, 0, stream>>>(
-        out, hq, D, context_lens, num_partitions, num_seqs, partials);
+        out, hq, D, context_lens, kv.sliding_window, num_partitions, num_seqs, partials);
     NV_CUDA_CHECK("attention_decode (merge)", cudaGetLastError());
   }
 }

@@ -6,7 +6,9 @@
 // a lane scores keys lane and lane + 32 for its 8 rows (register blocking over the rows), the
 // warp updates each row's fp32 online softmax, then each lane accumulates P @ V for the dims it
 // owns. An fp8 cache's codes become bf16 (exactly) as a tile is loaded into shared memory;
-// k_scale is folded into the score scale and v_scale into the output.
+// k_scale is folded into the score scale and v_scale into the output. Under a sliding window the
+// key tiles start at the one holding the first row's first key, and each row masks the keys
+// below its own window.
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.h"
@@ -47,6 +49,8 @@ __global__ void __launch_bounds__(kPrefillThreads)
   if (t0 >= seqlen_q) return;
   const int t_last = min(t0 + tpc, seqlen_q) - 1;
   const int kmax = query_position(ctx, seqlen_q, t_last);  // last key any row needs
+  // First key any row needs (row t0's window start; 0 without a window).
+  const int kmin = window_first_key(query_position(ctx, seqlen_q, t0), kv.sliding_window);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
 
   // Rows: r -> token t0 + r / G, head kvh * G + r % G.
@@ -62,13 +66,14 @@ __global__ void __launch_bounds__(kPrefillThreads)
     sm.q[r][dim] = val;
   }
 
-  int qpos[kRowsPerWarp];
+  int qpos[kRowsPerWarp], qfirst[kRowsPerWarp];  // each row's keys: [qfirst, qpos]
   float m[kRowsPerWarp], l[kRowsPerWarp], acc[kRowsPerWarp][VPT];
 #pragma unroll
   for (int rr = 0; rr < kRowsPerWarp; ++rr) {
     const int r = warp * kRowsPerWarp + rr;
     const int i = t0 + r / G;
     qpos[rr] = (r < tpc * G && i < seqlen_q) ? query_position(ctx, seqlen_q, i) : -1;
+    qfirst[rr] = window_first_key(qpos[rr], kv.sliding_window);
     m[rr] = -INFINITY;
     l[rr] = 0.0f;
 #pragma unroll
@@ -79,13 +84,13 @@ __global__ void __launch_bounds__(kPrefillThreads)
   const int64_t row = int64_t(kv.hkv) * D;
   const C* k_cache = static_cast<const C*>(kv.k);
   const C* v_cache = static_cast<const C*>(kv.v);
-  for (int kt = 0; kt <= kmax; kt += kPrefillKeys) {
+  for (int kt = kmin / kPrefillKeys * kPrefillKeys; kt <= kmax; kt += kPrefillKeys) {
     __syncthreads();  // the previous tile is consumed (and sm.q written, first time)
     for (int idx = threadIdx.x; idx < kPrefillKeys * (D / 8); idx += kPrefillThreads) {
       const int kk = idx / (D / 8), c = (idx % (D / 8)) * 8;
       const int j = kt + kk;
       uint4 kr = make_uint4(0, 0, 0, 0), vr = make_uint4(0, 0, 0, 0);
-      if (j <= kmax && j < ctx) {
+      if (j >= kmin && j <= kmax && j < ctx) {
         const int64_t off = key_slot(table, j, kv.block_size) * row + int64_t(kvh) * D + c;
         kr = kv_as_bf16x8(Elem::load(k_cache + off));
         vr = kv_as_bf16x8(Elem::load(v_cache + off));
@@ -118,10 +123,10 @@ __global__ void __launch_bounds__(kPrefillThreads)
 #pragma unroll
     for (int rr = 0; rr < kRowsPerWarp; ++rr) {
       const int j0 = kt + lane, j1 = kt + lane + 32;
-      if (j0 > qpos[rr]) s[rr][0] = -INFINITY;
-      if (j1 > qpos[rr]) s[rr][1] = -INFINITY;
+      if (j0 > qpos[rr] || j0 < qfirst[rr]) s[rr][0] = -INFINITY;
+      if (j1 > qpos[rr] || j1 < qfirst[rr]) s[rr][1] = -INFINITY;
       const float m_new = fmaxf(m[rr], warp_max(fmaxf(s[rr][0], s[rr][1])));
-      if (m_new == -INFINITY) {  // no key of this row yet (or an idle row)
+      if (m_new == -INFINITY) {  // no key of this row yet (below its window too, or an idle row)
         s[rr][0] = s[rr][1] = 0.0f;
         continue;
       }

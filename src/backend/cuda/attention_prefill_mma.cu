@@ -8,7 +8,8 @@
 // keeps f32 precision) and accumulates P @ V into its 16 x D f32 output fragments, rescaled per
 // row. An fp8 cache's codes become bf16
 // (exactly) as a tile is loaded; k_scale is folded into the score scale and v_scale into the
-// output.
+// output. Under a sliding window the key tiles start at the one holding the first row's first
+// key, and each row masks the keys below its own window.
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.h"
@@ -58,6 +59,8 @@ __global__ void __launch_bounds__(kPrefillThreads)
   if (t0 >= seqlen_q) return;
   const int t_last = min(t0 + tpc, seqlen_q) - 1;
   const int kmax = query_position(ctx, seqlen_q, t_last);  // last key any row needs
+  // First key any row needs (row t0's window start; 0 without a window).
+  const int kmin = window_first_key(query_position(ctx, seqlen_q, t0), kv.sliding_window);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
 
   // Query position of CTA row r, -1 for a row past the tokens (or the G * tpc used rows).
@@ -78,6 +81,9 @@ __global__ void __launch_bounds__(kPrefillThreads)
   }
   const int row0 = warp * 16 + g, row1 = row0 + 8;  // this lane's two rows
   const int qpos0 = row_position(row0), qpos1 = row_position(row1);
+  // The keys of the two rows: [first0, qpos0] and [first1, qpos1].
+  const int first0 = window_first_key(qpos0, kv.sliding_window);
+  const int first1 = window_first_key(qpos1, kv.sliding_window);
   // The warp's last needed key: tiles past it are loaded (by every thread) but not computed.
   int warp_last = max(qpos0, qpos1);
 #pragma unroll
@@ -103,13 +109,13 @@ __global__ void __launch_bounds__(kPrefillThreads)
   const int64_t row = int64_t(kv.hkv) * D;
   const C* k_cache = static_cast<const C*>(kv.k);
   const C* v_cache = static_cast<const C*>(kv.v);
-  for (int kt = 0; kt <= kmax; kt += kKeys) {
+  for (int kt = kmin / kKeys * kKeys; kt <= kmax; kt += kKeys) {
     __syncthreads();  // the previous tile is consumed
     for (int idx = threadIdx.x; idx < kKeys * (D / 8); idx += kPrefillThreads) {
       const int kk = idx / (D / 8), c = (idx % (D / 8)) * 8;
       const int j = kt + kk;
       uint4 kr = make_uint4(0, 0, 0, 0), vr = make_uint4(0, 0, 0, 0);
-      if (j <= kmax && j < ctx) {
+      if (j >= kmin && j <= kmax && j < ctx) {
         const int64_t off = key_slot(table, j, kv.block_size) * row + int64_t(kvh) * D + c;
         kr = kv_as_bf16x8(Elem::load(k_cache + off));
         vr = kv_as_bf16x8(Elem::load(v_cache + off));
@@ -136,7 +142,7 @@ __global__ void __launch_bounds__(kPrefillThreads)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int j = kt + n * 8 + 2 * t + (e & 1);
-        const bool masked = j > (e < 2 ? qpos0 : qpos1);
+        const bool masked = e < 2 ? j > qpos0 || j < first0 : j > qpos1 || j < first1;
         s[n][e] = masked ? -INFINITY : s[n][e] * s2;
         if (e < 2) mx0 = fmaxf(mx0, s[n][e]);
         else mx1 = fmaxf(mx1, s[n][e]);

@@ -163,6 +163,12 @@ __device__ __forceinline__ float row_sum_squares(const uint16_t* x, int64_t d, b
 
 inline constexpr float kLog2e = 1.4426950408889634f;  // scores in log2 units: exp2 for exp
 
+// The first key the query at `position` attends to under a sliding window of `window` keys
+// (PagedKV::sliding_window: keys (position - window, position]); 0 without one.
+__device__ __forceinline__ int window_first_key(int position, int window) {
+  return window > 0 && position >= window ? position - window + 1 : 0;
+}
+
 // 8 cache elements as 8 bf16 (16 bytes): bf16 as they are, E4M3 codes converted exactly (every
 // E4M3 value is a bf16, so dropping the low half of its f32 is exact).
 __device__ __forceinline__ uint4 kv_as_bf16x8(uint4 raw) { return raw; }

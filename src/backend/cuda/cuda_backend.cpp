@@ -120,6 +120,9 @@ PagedKV paged(const LayerKVCache& c, const ForwardBatch& batch) {
   kv.d = int32_t(c.k.shape[3]);
   kv.block_tables = batch.block_tables.ptr<const int32_t>();
   kv.table_stride = batch.block_tables.ndim == 2 ? batch.block_tables.stride[0] : 0;
+  // A window past int32 covers every context the kernels index (int32 positions): none.
+  kv.sliding_window =
+      c.sliding_window > 0 && c.sliding_window <= INT32_MAX ? int32_t(c.sliding_window) : 0;
   return kv;
 }
 

@@ -34,6 +34,8 @@ struct PagedKV {
   int32_t d = 0;
   const int32_t* block_tables = nullptr;  // [num_seqs, table_stride]
   int64_t table_stride = 0;
+  // The query at position p attends to keys (p - sliding_window, p] (Mistral); 0: all up to p.
+  int32_t sliding_window = 0;
 };
 
 // Where a step's K/V rows go: slot s of the cache is row s of k / v ([num_slots, hkv, d]); bf16
