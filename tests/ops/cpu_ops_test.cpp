@@ -827,20 +827,24 @@ TEST(CpuOpsThreads, OneAndTwoThreadsAgreeBitwise) {
 
 // The split of a decode step (partitions of a long context) and of a prefill (query blocks,
 // key tiles) depends on the batch alone: 1, 2, 3 and 8 threads give the same bits. With fewer
-// decode items than threads the AVX2 path splits a sequence's kv heads over items (8 threads:
-// the one-sequence cases below), which must not move a bit either.
+// decode items than threads a sequence's kv heads are split over items (the AVX2 path head by
+// head, the AVX-512 path in blocks of 16 query heads: the 32-head cases), which must not move a
+// bit either; under a sliding window too.
 TEST(CpuOpsThreads, AttentionSplitsAgreeBitwise) {
   cpu::CpuBackend one(1), two(2), three(3), eight(8);
   auto run = [](cpu::CpuBackend& be) {
     std::mt19937 rng(7);
     Vec result;
-    for (int64_t ctx : {1100, 300}) {
-      PagedCase dc(rng, 16, 8, 128, 16, {{1, ctx}}, false);
-      Vec dout(size_t(dc.tokens() * 16 * 128));
-      be.attention_decode(Tensor::contiguous(dout.data(), DType::F32, {dc.tokens(), 16, 128}),
-                          dc.q_view(), dc.cache(), dc.batch, 0.09f);
-      result.insert(result.end(), dout.begin(), dout.end());
-    }
+    for (int64_t hq : {16, 32})
+      for (int64_t ctx : {1100, 300})
+        for (int64_t window : {0, 200}) {
+          PagedCase dc(rng, hq, 8, 128, 16, {{1, ctx}}, false);
+          dc.window = window;
+          Vec dout(size_t(dc.tokens() * hq * 128));
+          be.attention_decode(Tensor::contiguous(dout.data(), DType::F32, {dc.tokens(), hq, 128}),
+                              dc.q_view(), dc.cache(), dc.batch, 0.09f);
+          result.insert(result.end(), dout.begin(), dout.end());
+        }
     PagedCase pc(rng, 16, 8, 128, 256, {{200, 260}}, true);
     Vec pout(size_t(pc.tokens() * 16 * 128));
     be.attention_prefill(Tensor::contiguous(pout.data(), DType::F32, {pc.tokens(), 16, 128}),

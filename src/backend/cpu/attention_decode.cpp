@@ -2,12 +2,13 @@
 // read the cache in place; an fp8 code is widened in registers (load8, load_pairs: exact, with
 // its 2^-8 folded into the scales; attention_common.h: the cache's own scales).
 //
-// One work item = (sequence, partition of its context), all kv heads: the keys of a partition
+// One work item = (sequence, partition of its context), all kv heads (with fewer items than
+// threads, a range of them: attention_decode below): the keys of a partition
 // are walked in chunks of kDecodeChunk token rows, each row holding every kv head contiguously
-// ([Hkv, D]). The AVX-512 path reads whole rows in address order, the one order its hardware
-// prefetcher streamed at full rate on Zen 4. The AVX2 path reads kv head by kv head (on Zen 3
-// this beat copying each chunk's rows in address order into a stage). Both prefetch the next
-// chunk's rows into L2 under the current one. Each query head keeps an online softmax state; a
+// ([Hkv, D]). The AVX-512 path reads whole rows (or the item's slice) in address order, the order
+// its hardware prefetcher streamed at full rate on Zen 4. The AVX2 path reads kv head by kv head
+// (on Zen 3 this beat copying each chunk's rows in address order into a stage). Both prefetch the
+// next chunk's rows into L2 under the current one. Each query head keeps an online softmax state; a
 // sequence whose context is longer than kPartitionKeys is split into partitions (so that long
 // contexts use every thread) that write partial states merged in partition order afterwards.
 // Under a sliding window W the keys are the last W of the context: the first partition starts
@@ -202,8 +203,9 @@ struct DecodeItem {
   int64_t k0, k1;      // keys [k0, k1) of the sequence
   int64_t part;        // index of this partition within the sequence
   float* partial;      // nullptr: the only partition, normalize into out; else [Hq][D + 2]
-  // kv heads [h0, h1) (AVX2 path; h1 == 0: all). With fewer items than threads a sequence's
-  // heads are split over items: each head's arithmetic is the same either way, so no bit moves.
+  // kv heads [h0, h1) (h1 == 0: all). With fewer items than threads a sequence's heads are split
+  // over items (the AVX-512 path: in whole blocks of 16 query heads): each head's arithmetic is
+  // the same either way, so no bit moves.
   int64_t h0 = 0, h1 = 0;
 };
 
@@ -435,13 +437,13 @@ inline void pv_rescale(float* acc, const float* corr, int64_t hq) {
   }
 }
 
-// acc_x += p_j[x] v_j[x / G] for every query head x, key j of the chunk: its value row read whole
-// and in address order (every kv head of the row in turn). The accumulators ([hq][D] in T's
-// layout, 8 KiB for Qwen3) stay in L1 and are loaded and stored per key. p: [hq / 16][kDecodeChunk]
-// [16].
+// acc_x += p_j[x] v_j[x / G] for the query heads x of kv heads [h0, h1), key j of the chunk: its
+// value row read in address order (every kv head of the range in turn). The accumulators ([hq][D]
+// in T's layout, 8 KiB for Qwen3) stay in L1 and are loaded and stored per key. p: [hq /
+// 16][kDecodeChunk] [16].
 template <int G, int D, class T>
-inline void pv_key(float* acc, const float* p, int64_t j, const T* v, int64_t hkv) {
-  for (int64_t h = 0; h < hkv; ++h) {
+inline void pv_key(float* acc, const float* p, int64_t j, const T* v, int64_t h0, int64_t h1) {
+  for (int64_t h = h0; h < h1; ++h) {
     __m512 vv[D / 16];
 #pragma GCC unroll 16
     for (int w = 0; w < D / 16; w += 2) load_pairs(v + h * D + 16 * w, vv[w], vv[w + 1]);
@@ -489,18 +491,21 @@ struct ChunkRows {
 // 1.79-1.91. Every output sums the same terms in the same order as before (scores, then P.V,
 // chunk by chunk): the same bits. The rows of the chunk after next (K) and of the next (V) are
 // prefetched into L2 under the current pair.
+// The item's kv heads [h0, h1) hold whole blocks of 16 query heads, [b0, b1).
 template <int G, int D, class T>
-void decode_partition512(const AttnArgs& a, const DecodeItem& it, float* m, float* l, float* acc,
-                         float* qp) {
+void decode_partition512(const AttnArgs& a, const DecodeItem& it, int64_t h0, int64_t h1, float* m,
+                         float* l, float* acc, float* qp) {
   constexpr int64_t d = D;
   const int64_t hkv = a.num_kv_heads, hq = hkv * G, blocks = hq / 16;
+  const int64_t x0 = h0 * G, x1 = h1 * G, b0 = x0 / 16, b1 = x1 / 16;  // query heads, blocks
+  const int64_t row_elems = (h1 - h0) * d;  // the item's slice of a token row (prefetched)
   const int32_t* table = a.block_tables + it.seq * a.max_num_blocks;
-  for (int64_t h = 0; h < hq; ++h) {
+  for (int64_t h = x0; h < x1; ++h) {
     m[h] = kNegInf;
     l[h] = 0.0f;
     layout_head<T>(qp + h * d, a.q + it.seq * a.q_stride + h * a.q_head_stride, d);
   }
-  std::fill(acc, acc + hq * d, 0.0f);
+  std::fill(acc + x0 * d, acc + x1 * d, 0.0f);
   const __m512 vscale = _mm512_set1_ps(a.scale);
   // Two score buffers (this chunk's probabilities, the next chunk's scores), each
   // [blocks][kDecodeChunk][16]; corr: [hq].
@@ -518,9 +523,9 @@ void decode_partition512(const AttnArgs& a, const DecodeItem& it, float* m, floa
     corr = sbuf[1] + blocks * kChunkFloats;
   }
   const auto [k_cache, v_cache] = kv_arrays<T>(a);
-  // The scores of key j (row krow) for every block of 16 query heads, into s.
+  // The scores of key j (row krow) for the item's blocks of 16 query heads, into s.
   auto score = [&](float* s, int64_t j, const T* krow) {
-    for (int64_t b = 0; b < blocks; ++b)
+    for (int64_t b = b0; b < b1; ++b)
       _mm512_store_ps(
           s + (b * kDecodeChunk + j) * 16,
           _mm512_mul_ps(score_key<G, D>(qp + b * 16 * d, krow + b * (16 / G) * d), vscale));
@@ -530,7 +535,7 @@ void decode_partition512(const AttnArgs& a, const DecodeItem& it, float* m, floa
   rows[0].fill(a, table, k_cache, v_cache, it, it.k0);
   rows[1].fill(a, table, k_cache, v_cache, it, it.k0 + kDecodeChunk);
   for (int64_t j = 0; j < rows[0].n; ++j) {  // the first chunk's scores
-    if (j < rows[1].n) prefetch_row_l2(rows[1].k[j], hkv * d);
+    if (j < rows[1].n) prefetch_row_l2(rows[1].k[j] + h0 * d, row_elems);
     score(sbuf[0], j, rows[0].k[j]);
   }
   for (int64_t c0 = it.k0; c0 < it.k1; c0 += kDecodeChunk, cur = (cur + 1) % 3) {
@@ -541,7 +546,7 @@ void decode_partition512(const AttnArgs& a, const DecodeItem& it, float* m, floa
     float* sc = sbuf[(c0 - it.k0) / kDecodeChunk % 2];
     float* sn = sbuf[((c0 - it.k0) / kDecodeChunk + 1) % 2];
     const int64_t n = now.n;
-    for (int64_t b = 0; b < blocks; ++b) {
+    for (int64_t b = b0; b < b1; ++b) {
       float* sb = sc + b * kChunkFloats;
       __m512 mx = _mm512_load_ps(sb);
       for (int64_t j = 1; j < n; ++j) mx = _mm512_max_ps(mx, _mm512_load_ps(sb + j * 16));
@@ -558,12 +563,12 @@ void decode_partition512(const AttnArgs& a, const DecodeItem& it, float* m, floa
       _mm512_store_ps(l + b * 16, lv);
       _mm512_store_ps(corr + b * 16, c);
     }
-    pv_rescale<D>(acc, corr, hq);
+    pv_rescale<D>(acc + x0 * d, corr + x0, x1 - x0);
     for (int64_t j = 0; j < n; ++j) {
-      if (j < next.n) prefetch_row_l2(next.v[j], hkv * d);
-      pv_key<G, D>(acc, sc, j, now.v[j], hkv);
+      if (j < next.n) prefetch_row_l2(next.v[j] + h0 * d, row_elems);
+      pv_key<G, D>(acc, sc, j, now.v[j], h0, h1);
       if (j < next.n) {
-        if (j < after.n) prefetch_row_l2(after.k[j], hkv * d);
+        if (j < after.n) prefetch_row_l2(after.k[j] + h0 * d, row_elems);
         score(sn, j, next.k[j]);
       }
     }
@@ -580,18 +585,19 @@ void run_decode_item512(const AttnArgs& a, const DecodeItem& it, DecodeScratch& 
   float* acc = l + hp;  // hp is a multiple of 16: acc and qp stay 64-byte aligned
   float* qp = acc + hp * d;
   float* tmp = qp + hp * d;
-  decode_partition512<G, D, T>(a, it, m, l, acc, qp);
-  if (it.partial) {
-    std::copy(m, m + hq, it.partial);
-    std::copy(l, l + hq, it.partial + hq);
-    for (int64_t h = 0; h < hq; ++h) {
+  const int64_t h0 = it.h0, h1 = it.h1 > 0 ? it.h1 : a.num_kv_heads, x0 = h0 * G, x1 = h1 * G;
+  decode_partition512<G, D, T>(a, it, h0, h1, m, l, acc, qp);
+  if (it.partial) {  // this item's heads of the partial state
+    std::copy(m + x0, m + x1, it.partial + x0);
+    std::copy(l + x0, l + x1, it.partial + hq + x0);
+    for (int64_t h = x0; h < x1; ++h) {
       float* o = it.partial + 2 * hq + h * d;
       unlayout_head<T>(o, acc + h * d, d);
       for (int64_t e = 0; e < d; ++e) o[e] *= kLoadScale<T>;  // exact
     }
     return;
   }
-  for (int64_t h = 0; h < hq; ++h) {
+  for (int64_t h = x0; h < x1; ++h) {
     float* o = a.out + (it.seq * hq + h) * d;
     // (out_scale * 2^8) / l is out_scale / l times 2^8 exactly, so the output is acc's times
     // out_scale / l rounded once, as for bf16.
@@ -696,18 +702,20 @@ void CpuBackend::attention_decode(Tensor out, Tensor q, const LayerKVCache& cach
     return x.k1 - x.k0 > y.k1 - y.k0;
   });
   const bool avx512 = use_avx512(a, decode_avx512_);
-  // Fewer items than threads (one or a few sequences, short contexts): the AVX2 path splits each
-  // item's kv heads over items, so every thread has work.
+  // Fewer items than threads (one or a few sequences, short contexts): each item's kv heads are
+  // split over items, so every thread has work; on the AVX-512 path in whole blocks of 16 query
+  // heads (Qwen3-0.6B's 16 heads stay one item; Llama's and Mistral's 32 make two).
   const int64_t threads = pool_.size();
-  if (!avx512 && int64_t(items.size()) < threads && a.num_kv_heads > 1) {
+  const int64_t units = avx512 ? hq / 16 : a.num_kv_heads;  // the kv heads of a unit: hkv / units
+  if (int64_t(items.size()) < threads && units > 1) {
     const int64_t splits =
-        std::min(a.num_kv_heads, (threads + int64_t(items.size()) - 1) / int64_t(items.size()));
+        std::min(units, (threads + int64_t(items.size()) - 1) / int64_t(items.size()));
     std::vector<DecodeItem> split;
     for (const DecodeItem& it : items)
       for (int64_t s = 0; s < splits; ++s) {
         DecodeItem part = it;
-        part.h0 = a.num_kv_heads * s / splits;
-        part.h1 = a.num_kv_heads * (s + 1) / splits;
+        part.h0 = units * s / splits * (a.num_kv_heads / units);
+        part.h1 = units * (s + 1) / splits * (a.num_kv_heads / units);
         split.push_back(part);
       }
     items = std::move(split);
