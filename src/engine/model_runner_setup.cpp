@@ -27,7 +27,7 @@ std::vector<LayerKVCache> kv_views(const Buffer& buf, const ModelConfig& mc, int
                              {num_blocks, block_size, Hkv, D}, device);
     c.k_scale = format.k_scale[size_t(l)];
     c.v_scale = format.v_scale[size_t(l)];
-    c.sliding_window = mc.sliding_window;
+    c.sliding_window = mc.layer_sliding_window(int(l));
     views.push_back(c);
   }
   return views;

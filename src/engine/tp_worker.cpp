@@ -68,7 +68,7 @@ TpWorker::TpWorker(const TpWorkerOptions& o, Communicator& comm, Backend& backen
     LayerKVCache c;
     c.k = Tensor::contiguous(base + size_t(l) * layer_bytes, DType::BF16, {blocks, o.block_size, hkv, D});
     c.v = Tensor::contiguous(base + size_t(L + l) * layer_bytes, DType::BF16, {blocks, o.block_size, hkv, D});
-    c.sliding_window = local_.sliding_window;
+    c.sliding_window = local_.layer_sliding_window(int(l));
     kv_cache_.push_back(c);
   }
 }

@@ -211,6 +211,60 @@ bool ModelConfig::is_sparse_layer(int i) const {
   return true;
 }
 
+// Sliding-window attention, as transformers reads it. Mistral and Mixtral: every layer attends
+// within sliding_window keys when it is set. Qwen2 and Qwen3: only under use_sliding_window, and
+// then only the layers that layer_types calls "sliding_attention" (by default those from
+// max_window_layers on, 28 when absent). Llama has none. Qwen3-MoE's use_sliding_window is
+// refused by name.
+namespace {
+
+void parse_sliding_window(const json& j, const std::string& path, bool mistral, bool qwen,
+                          ModelConfig& c) {
+  const json* use = field(j, "use_sliding_window");
+  const bool use_window = use && as_bool(*use, path, "use_sliding_window");
+  if (use_window && !qwen && !mistral)
+    fail(
+        "{}: field 'use_sliding_window' is true; sliding-window attention is not supported for "
+        "{}",
+        path, c.architecture);
+  const json* v = field(j, "sliding_window");
+  if (!v || !(mistral || use_window)) return;
+  c.sliding_window = as_int(*v, path, "sliding_window");
+  if (c.sliding_window <= 0)
+    fail("{}: field 'sliding_window' must be positive or null, got {}", path, c.sliding_window);
+  if (mistral) return;
+  std::vector<std::string> types;
+  if (const json* t = field(j, "layer_types")) {
+    if (!t->is_array() || int(t->size()) != c.num_hidden_layers)
+      fail("{}: field 'layer_types' must list {} layer types (num_hidden_layers), got {}", path,
+           c.num_hidden_layers, json_brief(*t));
+    for (const json& e : *t) {
+      if (!e.is_string() || (e != "full_attention" && e != "sliding_attention"))
+        fail(
+            "{}: field 'layer_types' holds {}; expected \"full_attention\" or "
+            "\"sliding_attention\"",
+            path, json_brief(e));
+      types.push_back(e.get<std::string>());
+    }
+  } else {
+    int max_window_layers = 28;  // transformers' default
+    if (const json* m = field(j, "max_window_layers"))
+      max_window_layers = as_int(*m, path, "max_window_layers");
+    for (int i = 0; i < c.num_hidden_layers; ++i)
+      types.push_back(i >= max_window_layers ? "sliding_attention" : "full_attention");
+  }
+  for (int i = 0; i < c.num_hidden_layers; ++i)
+    if (types[size_t(i)] == "full_attention") c.full_attention_layers.push_back(i);
+}
+
+}  // namespace
+
+int ModelConfig::layer_sliding_window(int i) const {
+  for (int l : full_attention_layers)
+    if (l == i) return 0;
+  return sliding_window;
+}
+
 ModelConfig parse_model_config(const std::string& json_text, const std::string& path) {
   json j = parse_object(json_text, path);
   ModelConfig c;
@@ -267,15 +321,7 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
     if (!v->is_string() || v->get<std::string>() != "silu")
       fail("{}: field 'hidden_act' is {}; only \"silu\" is supported", path, json_brief(*v));
   }
-  if (const json* v = field(j, "use_sliding_window"); v && as_bool(*v, path, "use_sliding_window"))
-    fail("{}: field 'use_sliding_window' is true; sliding-window attention is not supported", path);
-  // Mistral attends within sliding_window keys when it is set (Qwen2's field counts only under
-  // use_sliding_window, refused above; Llama has none).
-  if (const json* v = field(j, "sliding_window"); v && mistral) {
-    c.sliding_window = as_int(*v, path, "sliding_window");
-    if (c.sliding_window <= 0)
-      fail("{}: field 'sliding_window' must be positive or null, got {}", path, c.sliding_window);
-  }
+  parse_sliding_window(j, path, mistral, qwen2 || (qwen3 && !qwen3_moe), c);
   if (const json* v = field(j, "mlp_bias"); v && as_bool(*v, path, "mlp_bias"))
     fail("{}: field 'mlp_bias' is true; MLP biases are not supported", path);
 

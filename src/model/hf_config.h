@@ -37,8 +37,11 @@ struct ModelConfig {
   double rms_norm_eps = 1e-6;
   double rope_theta = 10000.0;        // rope_theta, or rope_parameters.rope_theta
   RopeScaling rope_scaling;
-  int sliding_window = 0;             // Mistral's attention window (0: none): the query at p
-                                      // attends to keys (p - sliding_window, p]
+  // The attention window (0: none): the query at p attends to keys (p - sliding_window, p]
+  // (Mistral: every layer; Qwen2 / Qwen3 under use_sliding_window: the layers not in
+  // full_attention_layers, which layer_types or max_window_layers give).
+  int sliding_window = 0;
+  std::vector<int> full_attention_layers;
   bool attention_bias = false;        // q/k/v biases (Qwen2: true unless the config says otherwise)
   bool qk_norm = false;               // per-head q_norm / k_norm before RoPE (Qwen3)
   bool tie_word_embeddings = false;
@@ -59,6 +62,8 @@ struct ModelConfig {
   std::vector<int> mlp_only_layers;    // Qwen3-MoE: layers kept dense (intermediate_size)
 
   bool is_moe() const { return num_experts > 0; }
+  // Layer i's sliding window: sliding_window, or 0 for a layer of full attention.
+  int layer_sliding_window(int i) const;
   // Whether layer i's MLP is the sparse block (transformers' Qwen3MoeDecoderLayer rule).
   bool is_sparse_layer(int i) const;
 };

@@ -117,6 +117,15 @@ inline double windowed_keys(double a, double b, int window) {
   return (a + w) * (w - a + 1) / 2 + w * (b - w);
 }
 
+// Keys read by queries seeing a..b keys each, averaged over the layers (the full-attention
+// layers of a partly windowed model see them all): attention_flops and the KV bytes count all
+// layers at once.
+inline double layer_mean_keys(const ModelConfig& c, double a, double b) {
+  if (c.sliding_window <= 0 || c.num_hidden_layers <= 0) return windowed_keys(a, b, 0);
+  const double full = double(c.full_attention_layers.size()) / c.num_hidden_layers;
+  return full * windowed_keys(a, b, 0) + (1 - full) * windowed_keys(a, b, c.sliding_window);
+}
+
 inline PhaseWork phase_work(const ModelConfig& c, const std::vector<int>& prompt,
                             const std::vector<int>& output, int64_t kv_elem_bytes) {
   PhaseWork w;
@@ -125,10 +134,10 @@ inline PhaseWork phase_work(const ModelConfig& c, const std::vector<int>& prompt
     const double p = prompt[i], o = output[i];
     // causal prefill: query t (0-based) attends to t + 1 keys (at most the sliding window)
     w.prefill_flops += p * matmul_flops_per_token(c) +
-                       attention_flops(c, windowed_keys(1, p, c.sliding_window)) + lm_head_flops(c);
+                       attention_flops(c, layer_mean_keys(c, 1, p)) + lm_head_flops(c);
     if (o <= 1) continue;
     // decode token j = 1..o-1 attends to p + j keys (at most the sliding window)
-    const double keys = windowed_keys(p + 1, p + o - 1, c.sliding_window);
+    const double keys = layer_mean_keys(c, p + 1, p + o - 1);
     w.decode_tokens += o - 1;
     w.decode_flops += (o - 1) * (matmul_flops_per_token(c) + lm_head_flops(c)) + attention_flops(c, keys);
     w.decode_attention_flops += attention_flops(c, keys);

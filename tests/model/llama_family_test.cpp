@@ -1,9 +1,9 @@
 // What the Llama family adds to the Qwen decoder, through the whole engine: llama3 RoPE scaling
 // reaches the output (and the reference forward, written from transformers' own formula, agrees
-// at positions where the scaled frequencies have turned far), Mistral's sliding window matches
-// the reference past the window, and text prompts get the BOS (Llama 3's
-// tokenizer, and Llama 2's SentencePiece-style one on a Mistral model). The shared paths (logits,
-// greedy tokens, prefix cache, preemption, chunked prefill, TP, the CUDA emulator) run the
+// at positions where the scaled frequencies have turned far), Mistral's sliding window (and
+// Qwen2's, on some layers) matches the reference past the window, and text prompts get the BOS
+// (Llama 3's tokenizer, and Llama 2's SentencePiece-style one on a Mistral model). The shared paths
+// (logits, greedy tokens, prefix cache, preemption, chunked prefill, TP, the CUDA emulator) run the
 // tiny-llama and tiny-mistral presets in their own suites.
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -87,6 +87,33 @@ TEST(LlamaFamily, SlidingWindowMatchesTheReference) {
   EXPECT_LT(err, 5e-3);
   EXPECT_GT(change, 1e-2);
   EXPECT_EQ(got[wide], got[none]);  // a window past the context is no window, bit for bit
+}
+
+// Qwen2 under use_sliding_window (tiny-qwen2's 2 layers, max_window_layers 1: layer 1 attends
+// within 8 keys, layer 0 to all): the engine against the reference forward on the same config,
+// and the window visibly changes the logits.
+TEST(LlamaFamily, QwenSlidingWindowOnLaterLayers) {
+  const std::string model = test::tiny_model("tiny-qwen2");
+  const std::string windowed = test::with_config_field(
+      test::with_config_field(test::with_config_field(model, "use_sliding_window", true, "usw"),
+                              "sliding_window", 8, "w8"),
+      "max_window_layers", 1, "mwl1");
+  const ModelConfig c = load_model_config(windowed);
+  ASSERT_EQ(c.layer_sliding_window(0), 0);
+  ASSERT_EQ(c.layer_sliding_window(1), 8);
+  const std::vector<int32_t> prompt = test::random_prompts(1, c.vocab_size, 60, 60, 6)[0];
+  LLMEngine plain_engine(test::tiny_config(model)), windowed_engine(test::tiny_config(windowed));
+  const std::vector<float> plain = test::prefill_logits(plain_engine, prompt);
+  const std::vector<float> got = test::prefill_logits(windowed_engine, prompt);
+  const ref::ReferenceModel reference(windowed, ref::Precision::kBf16Storage);
+  const double err = test::relative_error(got, reference.last_logits(prompt));
+  const double change = test::relative_error(got, plain);
+  std::printf(
+      "tiny-qwen2, window 8 on layer 1, 60 tokens: error / max |logit| against the "
+      "reference %.2e; change from the window %.2e\n",
+      err, change);
+  EXPECT_LT(err, 5e-3);
+  EXPECT_GT(change, 1e-2);
 }
 
 // A raw text prompt gets the tokenizer's post-processor tokens (Llama 3's <|begin_of_text|>,

@@ -253,10 +253,9 @@ std::vector<std::vector<float>> ReferenceModel::logits_at(const std::vector<int3
         const size_t kh = hh / (Hq / Hkv);
         std::vector<double> s(t + 1);
         double mx = -1e300;
-        // Mistral's sliding window (transformers' sliding_window_overlay): keys u > t - window.
-        const size_t first = c.sliding_window > 0 && t + 1 > size_t(c.sliding_window)
-                                 ? t + 1 - size_t(c.sliding_window)
-                                 : 0;
+        // The layer's sliding window (transformers' sliding_window_overlay): keys u > t - window.
+        const size_t window = size_t(c.layer_sliding_window(l));
+        const size_t first = window > 0 && t + 1 > window ? t + 1 - window : 0;
         for (size_t u = 0; u < first; ++u) s[u] = -INFINITY;  // exp: 0
         for (size_t u = first; u <= t; ++u) {
           double d = 0;

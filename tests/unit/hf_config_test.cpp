@@ -387,11 +387,46 @@ TEST(HfConfig, InconsistentShapes) {
   j["hidden_act"] = "gelu";
   expect_error(j, {"'hidden_act'", "silu"});
   j = qwen3_0_6b();
-  j["use_sliding_window"] = true;
-  expect_error(j, {"'use_sliding_window'", "not supported"});
-  j = qwen3_0_6b();
   j["tie_word_embeddings"] = 1;
   expect_error(j, {"'tie_word_embeddings' must be true or false"});
+}
+
+// Qwen2 / Qwen3 under use_sliding_window, as transformers reads it: the layers from
+// max_window_layers on (or those layer_types calls "sliding_attention") attend within
+// sliding_window keys, the others to every key; a null window is none. Qwen3-MoE and Llama refuse
+// the flag by name; a malformed layer_types names the field.
+TEST(HfConfig, QwenSlidingWindowLayers) {
+  json j = qwen3_0_6b();  // 28 layers, sliding_window null
+  j["use_sliding_window"] = true;
+  EXPECT_EQ(parse(j).sliding_window, 0);
+  j["sliding_window"] = 4096;
+  j["max_window_layers"] = 20;
+  ModelConfig c = parse(j);
+  EXPECT_EQ(c.sliding_window, 4096);
+  EXPECT_EQ(c.full_attention_layers.size(), 20u);
+  EXPECT_EQ(c.layer_sliding_window(0), 0);
+  EXPECT_EQ(c.layer_sliding_window(19), 0);
+  EXPECT_EQ(c.layer_sliding_window(20), 4096);
+  EXPECT_EQ(c.layer_sliding_window(27), 4096);
+  j.erase("max_window_layers");  // transformers' default: 28, every layer full
+  EXPECT_EQ(parse(j).full_attention_layers.size(), 28u);
+  std::vector<std::string> types(28, "full_attention");
+  types[3] = "sliding_attention";
+  j["layer_types"] = types;
+  c = parse(j);
+  EXPECT_EQ(c.layer_sliding_window(3), 4096);
+  EXPECT_EQ(c.layer_sliding_window(4), 0);
+  j["use_sliding_window"] = false;  // the flag off: no window whatever layer_types says
+  EXPECT_EQ(parse(j).sliding_window, 0);
+  j["use_sliding_window"] = true;
+  j["layer_types"] = std::vector<std::string>(27, "full_attention");
+  expect_error(j, {"'layer_types' must list 28 layer types"});
+  types[5] = "chunked_attention";
+  j["layer_types"] = types;
+  expect_error(j, {"'layer_types' holds \"chunked_attention\""});
+  j = qwen3_30b_a3b();
+  j["use_sliding_window"] = true;
+  expect_error(j, {"'use_sliding_window' is true", "Qwen3MoeForCausalLM"});
 }
 
 TEST(HfConfig, NotJsonOrNotAnObject) {

@@ -95,5 +95,30 @@ TEST_P(PhaseWorkTest, CountsEveryToken) {
 
 INSTANTIATE_TEST_SUITE_P(Windows, PhaseWorkTest, ::testing::Values(0, 1, 4, 100, 200, 1000));
 
+// A window on some layers only (Qwen2 / Qwen3 under use_sliding_window): each layer's keys
+// counted on its own.
+TEST(ModelStats, PhaseWorkCountsPartlyWindowedLayers) {
+  ModelConfig c = qwen3_06b();  // 28 layers
+  c.sliding_window = 50;
+  for (int l = 0; l < 21; ++l) c.full_attention_layers.push_back(l);
+  const std::vector<int> prompt = {300}, output = {20};
+  const PhaseWork w = phase_work(c, prompt, output, 2);
+  double prefill_keys = 0, decode_keys = 0;  // summed over layers
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    const int window = c.layer_sliding_window(l);
+    auto seen = [&](int keys) { return window > 0 ? std::min(keys, window) : keys; };
+    for (int t = 0; t < 300; ++t) prefill_keys += seen(t + 1);
+    for (int j = 1; j < 20; ++j) decode_keys += seen(300 + j);
+  }
+  const double per_layer = attention_flops(c, 1) / c.num_hidden_layers;  // a key, a layer
+  EXPECT_NEAR(w.decode_attention_flops, per_layer * decode_keys, 1e-6 * w.decode_attention_flops);
+  EXPECT_NEAR(w.prefill_flops,
+              300 * matmul_flops_per_token(c) + per_layer * prefill_keys + lm_head_flops(c),
+              1e-9 * w.prefill_flops);
+  EXPECT_NEAR(w.decode_kv_bytes,
+              decode_keys / c.num_hidden_layers * double(kv_bytes_per_token(c, 2)),
+              1e-9 * w.decode_kv_bytes);
+}
+
 }  // namespace
 }  // namespace nanovllm
