@@ -18,9 +18,10 @@ void put_le64(uint8_t* out, uint64_t v) {
 }  // namespace
 
 BlockManager::BlockManager(int num_blocks, int block_size, bool enable_prefix_caching,
-                           BlockHashFn hash_fn)
+                           BlockHashFn hash_fn, int sliding_window)
     : block_size_(block_size),
       enable_prefix_caching_(enable_prefix_caching),
+      sliding_window_(sliding_window),
       hash_fn_(hash_fn ? std::move(hash_fn) : BlockHashFn(&BlockManager::compute_hash)) {
   if (num_blocks <= 0) fail("the KV cache needs at least one block, got num_blocks={}", num_blocks);
   if (block_size <= 0) fail("block_size must be positive, got {}", block_size);
@@ -118,7 +119,7 @@ void BlockManager::allocate(Sequence& seq) {
 
 void BlockManager::deallocate(Sequence& seq) {
   for (auto it = seq.block_table.rbegin(); it != seq.block_table.rend(); ++it) {
-    deallocate_block(*it);
+    if (*it >= 0) deallocate_block(*it);  // -1: freed by free_slid_out_blocks
   }
   seq.block_table.clear();
   seq.num_cached_tokens = 0;
@@ -140,15 +141,31 @@ void BlockManager::may_append(Sequence& seq) {
   }
 }
 
+void BlockManager::free_slid_out_blocks(Sequence& seq) {
+  if (sliding_window_ <= 0) return;
+  const int first_key = seq.num_tokens() - sliding_window_;  // of the token computed next
+  const int keep = seq.num_cached_tokens / block_size_ - 1;  // the last computed full block
+  for (int b = 0; b < keep && (b + 1) * block_size_ <= first_key; ++b) {
+    int32_t& id = seq.block_table[size_t(b)];
+    if (id < 0) continue;
+    deallocate_block(id);
+    id = -1;
+  }
+}
+
 void BlockManager::cache_blocks(Sequence& seq) {
   if (!enable_prefix_caching_) return;
   int num_full = std::min(seq.num_cached_tokens / block_size_, int(seq.block_table.size()));
   // Blocks are published in order: walk back to the last published one, then forward.
   int first = num_full;
-  while (first > 0 && !blocks_[size_t(seq.block_table[size_t(first - 1)])].hash) --first;
+  while (first > 0 && seq.block_table[size_t(first - 1)] >= 0 &&
+         !blocks_[size_t(seq.block_table[size_t(first - 1)])].hash)
+    --first;
   std::optional<uint64_t> prefix;
   uint64_t prev_cache_id = 0;
   if (first > 0) {
+    NV_CHECK(seq.block_table[size_t(first - 1)] >= 0,
+             "seq {}: block {} was freed before the next was published", seq.seq_id, first - 1);
     const Block& prev = blocks_[size_t(seq.block_table[size_t(first - 1)])];
     prefix = prev.hash;
     prev_cache_id = prev.cache_id;

@@ -46,8 +46,10 @@ using BlockHashFn = std::function<uint64_t(std::optional<uint64_t>, std::span<co
 class BlockManager {
  public:
   // hash_fn: the block hash; tests inject one that collides. Default: compute_hash.
+  // sliding_window > 0: every layer attends within that many keys, so decode frees the blocks
+  // that slid out of the window (free_slid_out_blocks).
   BlockManager(int num_blocks, int block_size, bool enable_prefix_caching,
-               BlockHashFn hash_fn = nullptr);
+               BlockHashFn hash_fn = nullptr, int sliding_window = 0);
 
   // xxh64, seed 0, over [prefix as 8 LE bytes] + token_ids as int64 LE.
   static uint64_t compute_hash(std::optional<uint64_t> prefix, std::span<const int32_t> token_ids);
@@ -64,6 +66,11 @@ class BlockManager {
   bool can_append(const Sequence& seq) const;
   // Adds a block when that token starts one (publishes nothing: the token is not computed yet).
   void may_append(Sequence& seq);
+  // Under a sliding window W, before a decode step: frees seq's blocks whose every key lies below
+  // the window of the token computed this step (keys < num_tokens() - W), so that no later query
+  // reads them, but the last computed full block (cache_blocks chains the next one's hash to it).
+  // Their block_table entries become -1; a freed block stays published for other prefixes.
+  void free_slid_out_blocks(Sequence& seq);
   // Publishes every full block within seq's first seq.num_cached_tokens tokens not published yet
   // (call once a step's KV is computed). No-op without prefix caching.
   void cache_blocks(Sequence& seq);
@@ -93,6 +100,7 @@ class BlockManager {
 
   int block_size_;
   bool enable_prefix_caching_;
+  int sliding_window_;
   BlockHashFn hash_fn_;
   std::vector<Block> blocks_;
   std::unordered_map<uint64_t, int32_t> hash_to_block_id_;

@@ -112,6 +112,7 @@ LLMEngine::LLMEngine(const Config& config, std::unique_ptr<Backend> backend,
   sc.enable_prefix_caching = config_.enable_prefix_caching;
   sc.eos_token_ids = eos_token_ids_;
   sc.mixed = config_.scheduling == "mixed";
+  if (model_config_.full_attention_layers.empty()) sc.sliding_window = model_config_.sliding_window;
   scheduler_ = std::make_unique<Scheduler>(sc);
 }
 

@@ -9,7 +9,8 @@ namespace nanovllm {
 
 Scheduler::Scheduler(const SchedulerConfig& config)
     : config_(config),
-      block_manager_(config.num_blocks, config.block_size, config.enable_prefix_caching) {
+      block_manager_(config.num_blocks, config.block_size, config.enable_prefix_caching, nullptr,
+                     config.sliding_window) {
   if (config.max_num_seqs < 1) fail("max_num_seqs must be >= 1, got {}", config.max_num_seqs);
   if (config.max_num_batched_tokens < 1) {
     fail("max_num_batched_tokens must be >= 1, got {}", config.max_num_batched_tokens);
@@ -121,6 +122,7 @@ void Scheduler::schedule_decodes(std::vector<Sequence*>& scheduled) {
       continue;
     }
     bool preempted_self = false;
+    block_manager_.free_slid_out_blocks(*seq);
     while (!block_manager_.can_append(*seq)) {
       if (!running_.empty()) {
         std::unique_ptr<Sequence> newest = std::move(running_.back());

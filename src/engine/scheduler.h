@@ -65,6 +65,9 @@ struct SchedulerConfig {
   bool enable_prefix_caching;
   std::vector<int> eos_token_ids;
   bool mixed = false;  // Config::scheduling == "mixed" (the engine's default); false: prefill_first
+  // The window every layer attends within (0: none, or some layers attend to every key): decode
+  // frees the KV blocks that slid out of it (BlockManager::free_slid_out_blocks).
+  int sliding_window = 0;
 };
 
 class Scheduler {

@@ -196,7 +196,11 @@ TEST_P(CudaEngine, Fp8KvMatchesFp8ReferenceWithEveryFeature) {
   int64_t preemptions = 0;
   test::expect_reference_tokens(generate(small, prompts, sp, &preemptions), prompts, reference, 24,
                                 3e-2, min_identical, "fp8 KV, preemption");
-  EXPECT_GT(preemptions, 0) << "12 fp8 blocks should have forced a preemption";
+  // tiny-mistral frees the blocks that slid out of its 24-token window, so 12 blocks hold its
+  // prompts without a preemption (LlamaFamily.SlidingWindowFreesTheBlocksThatSlidOut).
+  if (GetParam() != "tiny-mistral") {
+    EXPECT_GT(preemptions, 0) << "12 fp8 blocks should have forced a preemption";
+  }
   test::expect_reference_tokens(generate(chunked, prompts, sp), prompts, reference, 24, 3e-2,
                                 min_identical, "fp8 KV, chunked prefill");
 }

@@ -89,6 +89,35 @@ TEST(LlamaFamily, SlidingWindowMatchesTheReference) {
   EXPECT_EQ(got[wide], got[none]);  // a window past the context is no window, bit for bit
 }
 
+// Decode frees the KV blocks that slid out of Mistral's window: three 20-token prompts that
+// generate 100 tokens each (8 blocks of 16 apiece, 24 in all) run in 14 blocks without a
+// preemption, and their greedy tokens equal those of a cache that holds them all.
+TEST(LlamaFamily, SlidingWindowFreesTheBlocksThatSlidOut) {
+  const std::string model = test::tiny_model("tiny-mistral");  // window 24
+  const auto prompts = test::random_prompts(3, test::vocab_size(model), 20, 20, 9);
+  SamplingParams sp;
+  sp.temperature = 0;
+  sp.max_tokens = 100;
+  sp.ignore_eos = true;
+  auto run = [&](int64_t blocks, int64_t* preemptions) {
+    Config c = test::tiny_config(model);
+    c.kv_cache_memory = blocks * test::kv_block_bytes(model, c.block_size);
+    c.max_model_len = 121;  // 20 + 100 tokens fit (the engine checks one max_model_len sequence)
+    LLM llm(c);
+    EXPECT_EQ(llm.engine().model_runner().num_kv_blocks(), blocks);
+    std::vector<std::vector<int32_t>> ids;
+    for (const GenerationOutput& o : llm.generate(prompts, {sp})) ids.push_back(o.token_ids);
+    *preemptions = llm.engine().scheduler().num_preemptions();
+    return ids;
+  };
+  int64_t roomy_preemptions = 0, tight_preemptions = 0;
+  const auto roomy = run(64, &roomy_preemptions);
+  const auto tight = run(14, &tight_preemptions);
+  EXPECT_EQ(tight, roomy);
+  EXPECT_EQ(roomy_preemptions, 0);
+  EXPECT_EQ(tight_preemptions, 0) << "14 blocks hold three windows of 24 tokens";
+}
+
 // Qwen2 under use_sliding_window (tiny-qwen2's 2 layers, max_window_layers 1: layer 1 attends
 // within 8 keys, layer 0 to all): the engine against the reference forward on the same config,
 // and the window visibly changes the logits.

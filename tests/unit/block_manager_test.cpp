@@ -1,11 +1,12 @@
 // BlockManager: exact block ids, ref counts and prefix-cache hashing.
 #include "engine/block_manager.h"
 
+#include <gtest/gtest.h>
+
+#include <algorithm>
 #include <memory>
 #include <numeric>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "util/check.h"
 
@@ -326,6 +327,50 @@ TEST_F(BlockManagerTest, WithoutPrefixCachingNothingIsHashedOrShared) {
   EXPECT_EQ(b.num_cached_tokens, 0);
   EXPECT_EQ(b.block_table, (std::vector<int32_t>{3, 4, 5}));
   release_all();
+}
+
+// Under a sliding window (every layer: Mistral) decode frees the blocks whose keys every later
+// query skips, keeping the last computed full block (the next one's hash chains to it); the freed
+// blocks stay published, so a later prompt with the same prefix still hits them; deallocate
+// skips the freed entries and returns every block.
+TEST_F(BlockManagerTest, SlidingWindowFreesBlocksThatSlidOut) {
+  for (bool prefix_caching : {true, false}) {
+    SCOPED_TRACE(prefix_caching ? "prefix caching" : "no prefix caching");
+    bm = std::make_unique<BlockManager>(12, 4, prefix_caching, nullptr, /*sliding_window=*/6);
+    seqs.clear();
+    Sequence& s = seq(iota(100, 10));  // 3 blocks
+    prefill(s);
+    int most_held = 0;
+    for (int32_t t = 0; t < 30; ++t) {
+      s.append_token(t);
+      bm->free_slid_out_blocks(s);
+      ASSERT_TRUE(bm->can_append(s));
+      bm->may_append(s);
+      s.num_cached_tokens = s.num_tokens();
+      bm->cache_blocks(s);
+      // The token just computed (position num_tokens - 1) read keys [num_tokens - 6, ...): none
+      // of them is in a freed block.
+      for (int b = 0; b < int(s.block_table.size()); ++b)
+        if (s.block_table[size_t(b)] < 0) {
+          EXPECT_LE((b + 1) * 4, s.num_tokens() - 6) << b;
+        }
+      const int held = int(std::count_if(s.block_table.begin(), s.block_table.end(),
+                                         [](int32_t id) { return id >= 0; }));
+      most_held = std::max(most_held, held);
+      EXPECT_EQ(bm->num_free_blocks(), 12 - held);
+    }
+    EXPECT_EQ(s.num_tokens(), 40);  // 10 blocks without the window
+    EXPECT_LE(most_held, 5);  // the window's 6 keys span 3 blocks, + the kept one, + a new one
+    EXPECT_LT(s.block_table[0], 0);
+    if (prefix_caching) {  // the freed first block still serves the same prompt
+      Sequence& again = seq(iota(100, 10));
+      bm->allocate(again);
+      EXPECT_EQ(again.num_cached_tokens, 8);
+      bm->deallocate(again);
+    }
+    bm->deallocate(s);
+    EXPECT_EQ(bm->num_free_blocks(), 12);
+  }
 }
 
 TEST_F(BlockManagerTest, RejectsBadSizes) {

@@ -12,8 +12,10 @@
 // beyond the last row's causal limit are never visited; tiles that cross a row's limit are masked.
 // Under a sliding window the walk starts at the tile holding the first row's first key, and
 // tiles below a row's window start are masked for it (tiles stay at multiples of kTile, so a
-// row's arithmetic never depends on the other rows of its item). A row that has seen only masked
-// keys keeps m = -inf, l = 0, O = 0: exp's clamp turns -inf - -inf into a tiny factor, never NaN.
+// row's arithmetic never depends on the other rows of its item); keys below the first row's
+// window are not read at all (their blocks may be freed: BlockManager::free_slid_out_blocks). A
+// row that has seen only masked keys keeps m = -inf, l = 0, O = 0: exp's clamp turns -inf - -inf
+// into a tiny factor, never NaN.
 #include <algorithm>
 #include <vector>
 
@@ -152,7 +154,7 @@ void run_prefill_item(const AttnArgs& a, const PrefillItem& it, PrefillScratch& 
   const int64_t num_keys = int64_t(sc.lim[size_t(rows - 1)]);  // the last row sees the most
   const int64_t min_keys = int64_t(sc.lim[0]);
   const int64_t max_first = int64_t(sc.lo[size_t(rows - 1)]);  // 0 without a sliding window
-  const int64_t start = int64_t(sc.lo[0]) / kTile * kTile;
+  const int64_t first_key0 = int64_t(sc.lo[0]), start = first_key0 / kTile * kTile;
   float* st = sc.st.data();
   auto prefetch_keys = [&](int64_t k0, int64_t k1) {
     prefetch_head_keys(a, table, it.kv_head, k0, k1);
@@ -162,6 +164,11 @@ void run_prefill_item(const AttnArgs& a, const PrefillItem& it, PrefillScratch& 
     const int64_t n = std::min(kTile, num_keys - c0);
     prefetch_keys(c0 + kTile, std::min(c0 + 2 * kTile, num_keys));
     for (int64_t j = 0; j < n; ++j) {
+      if (c0 + j < first_key0) {  // below every row's window (its block may be freed): masked
+        std::fill(sc.kf.data() + j * d, sc.kf.data() + (j + 1) * d, 0.0f);
+        std::fill(sc.vf.data() + j * d, sc.vf.data() + (j + 1) * d, 0.0f);
+        continue;
+      }
       const int64_t off = token_row(a, table, c0 + j) + it.kv_head * d;
       if (a.k_fp8) {  // the codes' values (exact); the scales are applied outside
         fp8_row_to_f32(sc.kf.data() + j * d, a.k_fp8 + off, d);

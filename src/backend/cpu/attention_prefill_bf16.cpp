@@ -44,6 +44,7 @@ struct Bf16Scratch {
   std::vector<uint32_t> qp, pp, vp;
   std::vector<float> st, ot, m, l, corr, lim, lo;
   std::vector<uint16_t> stage;  // an fp8 tile's K then V rows as bf16: [2][kTile][D]
+  std::vector<uint16_t> zero;   // [D] zeros
 };
 
 inline __m512i pairs16(__m512 lo, __m512 hi) {  // bf16(lo) | bf16(hi) << 16, per lane
@@ -159,7 +160,8 @@ void run_item(const AttnArgs& a, const PrefillItem& it, Bf16Scratch& sc) {
   const int64_t num_keys = int64_t(sc.lim[size_t(rows - 1)]);  // the last row sees the most
   const int64_t min_keys = int64_t(sc.lim[0]);
   const int64_t max_first = int64_t(sc.lo[size_t(rows - 1)]);  // 0 without a sliding window
-  const int64_t start = int64_t(sc.lo[0]) / kTile * kTile;
+  const int64_t first_key0 = int64_t(sc.lo[0]), start = first_key0 / kTile * kTile;
+  sc.zero.assign(size_t(d), 0);  // the row of a key below every row's window
   auto prefetch_keys = [&](int64_t k0, int64_t k1) {
     prefetch_head_keys(a, table, it.kv_head, k0, k1);
   };
@@ -173,6 +175,10 @@ void run_item(const AttnArgs& a, const PrefillItem& it, Bf16Scratch& sc) {
     const int64_t n = std::min(kTile, num_keys - c0), np = (n + 1) / 2;
     prefetch_keys(c0 + kTile, std::min(c0 + 2 * kTile, num_keys));
     for (int64_t j = 0; j < n; ++j) {
+      if (c0 + j < first_key0) {  // below every row's window (its block may be freed): masked
+        krow[j] = vrow[j] = sc.zero.data();
+        continue;
+      }
       const int64_t off = token_row(a, table, c0 + j) + it.kv_head * d;
       if (a.k_fp8) {  // the codes' values, exactly; the scales are applied outside
         uint16_t* sk = sc.stage.data() + j * d;
