@@ -161,7 +161,7 @@ void run_item(const AttnArgs& a, const PrefillItem& it, Bf16Scratch& sc) {
   const int64_t min_keys = int64_t(sc.lim[0]);
   const int64_t max_first = int64_t(sc.lo[size_t(rows - 1)]);  // 0 without a sliding window
   const int64_t first_key0 = int64_t(sc.lo[0]), start = first_key0 / kTile * kTile;
-  sc.zero.assign(size_t(d), 0);  // the row of a key below every row's window
+  sc.zero.resize(size_t(d));  // zeros, never written: the row of a key below every row's window
   auto prefetch_keys = [&](int64_t k0, int64_t k1) {
     prefetch_head_keys(a, table, it.kv_head, k0, k1);
   };
