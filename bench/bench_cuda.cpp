@@ -9,18 +9,28 @@
 //   prefill: attention_prefill of one 1024-token prompt: 4 * D * Hq * T(T+1)/2 FLOPs
 //   linear:  x[M, 1024] @ w[3072, 1024]^T for M = 1 (the CUDA-core GEMV), 2, 4, 8, 16 (the
 //            tensor-core GEMV) and 64, 256, 4096 (cuBLASLt): weight bytes / s and FLOP/s
-//   bench_cuda
+//   qlinear: bf16, int8 (per row) and int4 (group 64) weights of Qwen3-0.6B's [3072, 1024] and
+//            Llama 3 8B's down_proj [4096, 14336] at M = 1, 16, 64, 512: the weight bytes as
+//            stored (codes and scales) / s, against the copy's bandwidth, and FLOP/s
+//   moe:     fused_moe at Qwen3-30B-A3B's layer shape (H 2048, 128 experts of I 768, 8 a token,
+//            random routing) with bf16, int8 and int4 experts, T = 1 to 2048 tokens: the bytes of
+//            the experts the step's tokens pick / s, against the copy's bandwidth, and FLOP/s
+//   bench_cuda [SECTION...]   (copy, decode, prefill, sample, linear, qlinear, moe; default all;
+//                              copy always runs first: it is the yardstick)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <functional>
 #include <random>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "backend/backend.h"
 #include "runtime/forward_batch.h"
+#include "runtime/moe_routing.h"
+#include "runtime/quant.h"
 
 using namespace nanovllm;
 
@@ -63,9 +73,107 @@ Tensor put(Backend& be, std::vector<Buffer>& keep, const std::vector<T>& v, DTyp
   return t;
 }
 
+// n x k bf16 bits, normal with std 0.02 (a trained layer's spread; quantization needs a range).
+std::vector<uint16_t> random_bf16(int64_t n, int64_t k, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> nd(0.0f, 0.02f);
+  std::vector<uint16_t> bits(static_cast<size_t>(n * k));
+  for (uint16_t& b : bits) b = f32_to_bf16(nd(gen));
+  return bits;
+}
+
+// A device weight of the scheme from host bf16 bits [n, k].
+LinearWeight make_weight(Backend& be, const std::vector<uint16_t>& bits, int64_t n, int64_t k,
+                         QuantScheme s) {
+  if (!s.enabled())
+    return be.make_linear_weight(Tensor::contiguous(const_cast<uint16_t*>(bits.data()), DType::BF16,
+                                                    {n, k}, DeviceKind::CPU));
+  return be.make_quantized_linear_weight(quantize_rtn(bits.data(), n, k, s, "bench weight"));
+}
+
+const QuantScheme kSchemes[] = {{}, {QuantFormat::Int8, 0}, {QuantFormat::Int4, kDefaultInt4Group}};
+
+std::string scheme_name(QuantScheme s) { return s.enabled() ? quantization_name(s) : "bf16"; }
+
+// linear() over bf16 / int8 / int4 weights: the bytes as stored (with their scales) per second.
+void bench_qlinear(Backend& be, double copy_gbs) {
+  std::vector<Buffer> keep;
+  const std::pair<int64_t, int64_t> shapes[] = {{3072, 1024}, {4096, 14336}};
+  for (auto [n, k] : shapes) {
+    const std::vector<uint16_t> bits = random_bf16(n, k, 5);
+    for (QuantScheme s : kSchemes) {
+      const LinearWeight w = make_weight(be, bits, n, k, s);
+      const double bytes = double(n * k) * quantized_bytes_per_weight(s, k);
+      for (int64_t m : {1, 16, 64, 512}) {
+        Tensor x = alloc(be, keep, DType::BF16, {m, k}), y = alloc(be, keep, DType::BF16, {m, n});
+        const double t = median_seconds(be, [&] { be.linear(y, x, w, nullptr); });
+        std::printf(
+            "qlinear %s M=%lld [%lld x %lld]: %.1f us -> %.0f GB/s of weights (%.0f%% of "
+            "copy), %.1f TFLOP/s\n",
+            scheme_name(s).c_str(), (long long)m, (long long)n, (long long)k, t * 1e6,
+            bytes / t / 1e9, 100 * bytes / t / 1e9 / copy_gbs, 2.0 * double(m * n * k) / t / 1e12);
+      }
+    }
+  }
+}
+
+// fused_moe at Qwen3-30B-A3B's layer shape: a step of T tokens reads the experts they pick.
+void bench_moe(Backend& be, double copy_gbs) {
+  const int64_t H = 2048, I = 768, E = 128, k = 8;
+  const std::vector<uint16_t> gate_up = random_bf16(2 * I, H, 6), down = random_bf16(H, I, 7);
+  std::mt19937 gen(8);
+  std::normal_distribution<float> unit(0.0f, 1.0f);
+  for (QuantScheme s : kSchemes) {
+    std::vector<Buffer> keep;
+    MoeWeights w;
+    // Every expert its own device copy of the same values (the bytes, not the values, count).
+    for (int64_t e = 0; e < E; ++e) {
+      w.gate_up.push_back(make_weight(be, gate_up, 2 * I, H, s));
+      w.down.push_back(make_weight(be, down, H, I, s));
+    }
+    const double expert_bytes = double(2 * I * H) * quantized_bytes_per_weight(s, H) +
+                                double(H * I) * quantized_bytes_per_weight(s, I);
+    for (int64_t T : {1, 4, 16, 32, 64, 128, 512, 2048}) {
+      std::vector<float> logits(static_cast<size_t>(T * E));
+      for (float& v : logits) v = unit(gen);
+      std::set<int32_t> used;  // the experts this step reads
+      for (int64_t t = 0; t < T; ++t) {
+        int32_t ids[k];
+        float wts[k];
+        moe_route(&logits[size_t(t * E)], int(E), int(k), true, ids, wts);
+        used.insert(ids, ids + k);
+      }
+      Tensor x = alloc(be, keep, DType::BF16, {T, H}), out = alloc(be, keep, DType::BF16, {T, H});
+      Tensor router = alloc(be, keep, DType::F32, {T, E});
+      be.upload(router, logits.data());
+      const double t = median_seconds(be, [&] { be.fused_moe(out, x, router, w, int(k), true); });
+      const double bytes = double(used.size()) * expert_bytes;
+      std::printf(
+          "moe %s T=%lld (%zu experts): %.1f us -> %.0f GB/s of experts (%.0f%% of copy), "
+          "%.1f TFLOP/s\n",
+          scheme_name(s).c_str(), (long long)T, used.size(), t * 1e6, bytes / t / 1e9,
+          100 * bytes / t / 1e9 / copy_gbs, 2.0 * 3 * double(I * H * T * k) / t / 1e12);
+    }
+  }
+}
+
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  const std::vector<std::string> known = {"copy",   "decode",  "prefill", "sample",
+                                          "linear", "qlinear", "moe"};
+  std::set<std::string> sections;
+  for (int i = 1; i < argc; ++i) {
+    if (std::find(known.begin(), known.end(), argv[i]) == known.end()) {
+      std::fprintf(stderr,
+                   "bench_cuda: unknown section '%s' (copy, decode, prefill, sample, linear, "
+                   "qlinear, moe)\n",
+                   argv[i]);
+      return 2;
+    }
+    sections.insert(argv[i]);
+  }
+  auto want = [&](const char* name) { return sections.empty() || sections.count(name) > 0; };
   BackendOptions o;
   o.device = "cuda";
   std::unique_ptr<Backend> be;
@@ -88,54 +196,56 @@ int main() {
   // Decode attention over a cache with a random block permutation.
   // The 256-sequence shapes first: `ncu -k regex:decode_partition --launch-count 1` profiles the
   // bench workload's case (about 512 keys on average).
-  const int64_t hq = 16, hkv = 8, d = 128, bs = 256;
-  // ctx 0: contexts drawn from 128..2048 (the bench workload's spread late in its decode).
-  const std::pair<int64_t, int64_t> shapes[] = {
-      {256, 512}, {256, 1024}, {256, 0}, {32, 1024}, {1, 1024}};
-  for (DType kv : {DType::BF16, DType::F8E4M3})
-    for (auto [B, ctx] : shapes) {
-      std::vector<int32_t> lens(static_cast<size_t>(B), int32_t(ctx));
-      if (ctx == 0) {
-        std::mt19937 gen(7);
-        for (int32_t& l : lens) l = int32_t(std::uniform_int_distribution<int>(128, 2048)(gen));
+  const int64_t hq = 16, hkv = 8, d = 128, bs = 256;  // Qwen3-0.6B's heads, the engine's blocks
+  if (want("decode")) {
+    // ctx 0: contexts drawn from 128..2048 (the bench workload's spread late in its decode).
+    const std::pair<int64_t, int64_t> shapes[] = {
+        {256, 512}, {256, 1024}, {256, 0}, {32, 1024}, {1, 1024}};
+    for (DType kv : {DType::BF16, DType::F8E4M3})
+      for (auto [B, ctx] : shapes) {
+        std::vector<int32_t> lens(static_cast<size_t>(B), int32_t(ctx));
+        if (ctx == 0) {
+          std::mt19937 gen(7);
+          for (int32_t& l : lens) l = int32_t(std::uniform_int_distribution<int>(128, 2048)(gen));
+        }
+        const int64_t max_ctx = *std::max_element(lens.begin(), lens.end());
+        const int64_t blocks_per_seq = (max_ctx + bs - 1) / bs, width = blocks_per_seq + 1,
+                      nb = B * blocks_per_seq;
+        LayerKVCache cache{alloc(*be, keep, kv, {nb, bs, hkv, d}),
+                           alloc(*be, keep, kv, {nb, bs, hkv, d})};
+        be->fill_zero(cache.k);  // finite values (fp8 code 0 and bf16 0 alike)
+        be->fill_zero(cache.v);
+        std::vector<int32_t> perm(static_cast<size_t>(nb));
+        for (int64_t i = 0; i < nb; ++i) perm[size_t(i)] = int32_t(i);
+        std::shuffle(perm.begin(), perm.end(), std::mt19937(1));
+        std::vector<int32_t> tables(static_cast<size_t>(B * width), -1);
+        for (int64_t s = 0; s < B; ++s)
+          for (int64_t j = 0; j < blocks_per_seq; ++j)
+            tables[size_t(s * width + j)] = perm[size_t(s * blocks_per_seq + j)];
+        HostBatch h;
+        ForwardBatch fb;
+        fb.host = &h;
+        fb.num_seqs = int(B);
+        fb.num_tokens = int(B);
+        fb.context_lens = put(*be, keep, lens, DType::I32);
+        Tensor bt = alloc(*be, keep, DType::I32, {B, width});
+        be->upload(bt, tables.data());
+        fb.block_tables = bt;
+        Tensor q = alloc(*be, keep, DType::BF16, {B, hq, d}),
+               out = alloc(*be, keep, DType::BF16, {B, hq, d});
+        const double t =
+            median_seconds(*be, [&] { be->attention_decode(out, q, cache, fb, 0.088f); });
+        int64_t keys = 0;
+        for (int32_t l : lens) keys += l;
+        const double bytes = double(keys * hkv * d * int64_t(dtype_size(kv)) * 2);
+        std::printf("attention_decode %s B=%lld ctx=%s: %.1f us -> %.0f GB/s (%.0f%% of copy)\n",
+                    kv == DType::BF16 ? "bf16" : "fp8 ", (long long)B,
+                    ctx ? std::to_string(ctx).c_str() : "128..2048", t * 1e6, bytes / t / 1e9,
+                    100 * bytes / t / 1e9 / copy_gbs);
       }
-      const int64_t max_ctx = *std::max_element(lens.begin(), lens.end());
-      const int64_t blocks_per_seq = (max_ctx + bs - 1) / bs, width = blocks_per_seq + 1,
-                    nb = B * blocks_per_seq;
-      LayerKVCache cache{alloc(*be, keep, kv, {nb, bs, hkv, d}),
-                         alloc(*be, keep, kv, {nb, bs, hkv, d})};
-      be->fill_zero(cache.k);  // finite values (fp8 code 0 and bf16 0 alike)
-      be->fill_zero(cache.v);
-      std::vector<int32_t> perm(static_cast<size_t>(nb));
-      for (int64_t i = 0; i < nb; ++i) perm[size_t(i)] = int32_t(i);
-      std::shuffle(perm.begin(), perm.end(), std::mt19937(1));
-      std::vector<int32_t> tables(static_cast<size_t>(B * width), -1);
-      for (int64_t s = 0; s < B; ++s)
-        for (int64_t j = 0; j < blocks_per_seq; ++j)
-          tables[size_t(s * width + j)] = perm[size_t(s * blocks_per_seq + j)];
-      HostBatch h;
-      ForwardBatch fb;
-      fb.host = &h;
-      fb.num_seqs = int(B);
-      fb.num_tokens = int(B);
-      fb.context_lens = put(*be, keep, lens, DType::I32);
-      Tensor bt = alloc(*be, keep, DType::I32, {B, width});
-      be->upload(bt, tables.data());
-      fb.block_tables = bt;
-      Tensor q = alloc(*be, keep, DType::BF16, {B, hq, d}),
-             out = alloc(*be, keep, DType::BF16, {B, hq, d});
-      const double t =
-          median_seconds(*be, [&] { be->attention_decode(out, q, cache, fb, 0.088f); });
-      int64_t keys = 0;
-      for (int32_t l : lens) keys += l;
-      const double bytes = double(keys * hkv * d * int64_t(dtype_size(kv)) * 2);
-      std::printf("attention_decode %s B=%lld ctx=%s: %.1f us -> %.0f GB/s (%.0f%% of copy)\n",
-                  kv == DType::BF16 ? "bf16" : "fp8 ", (long long)B,
-                  ctx ? std::to_string(ctx).c_str() : "128..2048", t * 1e6, bytes / t / 1e9,
-                  100 * bytes / t / 1e9 / copy_gbs);
-    }
+  }
 
-  {  // Prefill attention, one 1024-token prompt.
+  if (want("prefill")) {  // Prefill attention, one 1024-token prompt.
     const int64_t T = 1024, nb = T / bs;
     LayerKVCache cache{alloc(*be, keep, DType::BF16, {nb, bs, hkv, d}),
                        alloc(*be, keep, DType::BF16, {nb, bs, hkv, d})};
@@ -160,8 +270,9 @@ int main() {
                 flops / t / 1e12);
   }
 
-  {  // Sampling 256 rows of Qwen3's vocabulary: greedy, and the exponential race at temperature
-     // 0.6 (nano-vllm's bench) over logits spread like a trained model's (normal, std 3).
+  if (want("sample")) {  // Sampling 256 rows of Qwen3's vocabulary: greedy, and the exponential
+                         // race at temperature
+    // 0.6 (nano-vllm's bench) over logits spread like a trained model's (normal, std 3).
     const int64_t B = 256, V = 151936;
     std::vector<float> lg(static_cast<size_t>(B * V));
     std::mt19937 gen(3);
@@ -194,7 +305,7 @@ int main() {
     }
   }
 
-  {  // Linear.
+  if (want("linear")) {  // Linear.
     const int64_t n = 3072, k = 1024;
     std::vector<uint16_t> wh(static_cast<size_t>(n * k), 0x3c00);
     LinearWeight w = be->make_linear_weight(Tensor::contiguous(wh.data(), DType::BF16, {n, k}));
@@ -206,5 +317,7 @@ int main() {
                   2.0 * double(m * n * k) / t / 1e12);
     }
   }
+  if (want("qlinear")) bench_qlinear(*be, copy_gbs);
+  if (want("moe")) bench_moe(*be, copy_gbs);
   return 0;
 }

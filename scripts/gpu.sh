@@ -2,13 +2,14 @@
 # One command on the GPU machine (../shared/gpu/README.md), after scripts/gpu_prepare.sh ran on
 # the dev machine and .gpu was carried along:
 #   scripts/gpu.sh [PHASE...]     phases: build test sanitize kernels bench peer latency profile
-#                                 hf table (default: build test sanitize kernels bench table)
+#                                 moe hf table (default: build test sanitize kernels bench table)
 #   build  unpack the Debian build deps (.gpu/debs), NCCL from PyTorch's venv; configure
 #          build/gpu with CUDA for this GPU's arch only; build the CLI and the cuda tests (or
 #          the targets in NANOVLLM_BUILD_TARGETS)
 #   test   ctest -L cuda (ops, attention, engine, CPU math)
 #   sanitize  compute-sanitizer memcheck on the op tests
-#   kernels  bench_cuda: copy bandwidth, decode/prefill attention and linear figures
+#   kernels  bench_cuda: copy bandwidth, decode/prefill attention, linear figures (bf16, int8,
+#          int4 weights) and fused_moe at Qwen3-30B-A3B's layer shape (bf16, int8, int4 experts)
 #   ab     .gpu/base (gpu_prepare.sh with NANOVLLM_GPU_BASE=<commit>) built beside: bench_cuda
 #          of both and the bench workload interleaved (after bench, which makes the model)
 #   bench  probe.py (copy bandwidth, bf16 GEMM rate, measured now), a qwen3-0.6b model (with
@@ -25,6 +26,8 @@
 #   profile  the top kernels of the bench workload by GPU time: nsys where installed, else
 #          Nsight Compute over two decode steps (NANOVLLM_PROFILE_STEPS, default 150:151 of a
 #          128-sequence run with a 16 GB cache; time, DRAM GB/s, SM % per kernel)
+#   moe    the experts in the engine: a Qwen3-30B-A3B-shaped folder of NANOVLLM_MOE_LAYERS layers
+#          (default 8, about 11 GB) and `nanovllm bench --device cuda` on it, bf16 and int8
 #   hf     transformers' continuous batching on the same workload (slow: about 4 minutes)
 #   table  the results so far, one table (printed last by every run)
 # Each phase fits the device tool's 10-minute limit. Logs and JSON go to .gpu/out; when $OUT is
@@ -245,7 +248,20 @@ PY
 
 phase_kernels() {
   if build/gpu/bench_cuda > "$out/bench_cuda.txt" 2>&1; then
-    note kernels ok "see bench_cuda.txt"
+    note kernels ok "see bench_cuda.txt; $(python3 - "$out/bench_cuda.txt" << 'PY'
+import re, sys
+moe, ql = {}, {}
+for line in open(sys.argv[1]):
+    m = re.match(r"moe (\S+) T=(\d+) .*\((\d+)% of copy\), ([\d.]+) TFLOP/s", line)
+    if m: moe.setdefault(m.group(1), {})[int(m.group(2))] = (m.group(3), m.group(4))
+    m = re.match(r"qlinear (\S+) M=1 \[4096 x 14336\].*\((\d+)% of copy\)", line)
+    if m: ql[m.group(1)] = m.group(2)
+parts = [f"{q} " + "/".join(r.get(t, ("?",))[0] for t in (1, 16, 32, 128)) + f"%, {r.get(2048, ('', '?'))[1]} TFLOP/s"
+         for q, r in moe.items()]
+print("fused_moe, % of copy at T = 1/16/32/128 and TFLOP/s at 2048: " + "; ".join(parts) +
+      "; GEMV M=1 [4096 x 14336], % of copy: " + ", ".join(f"{q} {v}%" for q, v in ql.items()))
+PY
+)"
     cat "$out/bench_cuda.txt" >&2
   else
     note kernels FAIL "$(tail -2 "$out/bench_cuda.txt")"
@@ -390,6 +406,28 @@ phase_hf() {
   fi
 }
 
+phase_moe() {
+  local layers=${NANOVLLM_MOE_LAYERS:-8}
+  local dir=.gpu/models/qwen3-30b-a3b-$layers q
+  if [ ! -f "$dir/config.json" ] &&
+      ! "$bin" make-model --preset qwen3-30b-a3b --layers "$layers" --out "$dir" > "$out/make_model_moe.log" 2>&1; then
+    note moe FAIL "make-model: see make_model_moe.log"
+    return
+  fi
+  for q in none int8; do
+    # shellcheck disable=SC2086
+    if timeout 300 "$bin" bench --model "$dir" --device cuda --quantization "$q" ${NANOVLLM_BENCH_FLAGS:-} \
+        > "$out/bench_moe_$q.json" 2> "$out/bench_moe_$q.log"; then
+      note "moe bench $q" ok "$(python3 -c "
+import json, sys
+j = json.loads(open('$out/bench_moe_$q.json').readlines()[-1])
+print(f\"qwen3-30b-a3b shapes, $layers layers: {j['output_tok_per_s']:,.0f} output / {j['total_tok_per_s']:,.0f} total tok/s, {j['step_ms']['execute']:.2f} ms a step ({j['step_ms']['steps']:.0f} steps)\")")"
+    else
+      note "moe bench $q" FAIL "see bench_moe_$q.log: $(tail -1 "$out/bench_moe_$q.log")"
+    fi
+  done
+}
+
 phase_table() {
   cp "$results" "$out/results.tsv"
   if [ -n "${OUT:-}" ]; then
@@ -421,9 +459,10 @@ for p in "${phases[@]}"; do
     peer) phase_peer ;;
     latency) phase_latency ;;
     profile) phase_profile ;;
+    moe) phase_moe ;;
     hf) phase_hf ;;
     table) ;;
-    *) echo "gpu.sh: unknown phase '$p' (build test sanitize kernels ab bench peer latency profile hf table)" >&2; exit 2 ;;
+    *) echo "gpu.sh: unknown phase '$p' (build test sanitize kernels ab bench peer latency profile moe hf table)" >&2; exit 2 ;;
   esac
   # The logs so far go to $OUT after each phase, so a run stopped at the tool's limit keeps them.
   [ -n "${OUT:-}" ] && tar czf "$OUT/gpu_logs.tgz" -C .gpu out
