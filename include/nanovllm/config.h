@@ -10,6 +10,7 @@ struct Config {
   int max_num_batched_tokens = 16384;   // token budget of one step (longer prompts are chunked)
   int max_num_seqs = 512;               // sequences in one step
   int max_model_len = 4096;             // prompt + output; clamped to max_position_embeddings
+                                        // (yarn: original_max_position_embeddings x factor)
   int block_size = 256;                 // tokens per KV block
   int64_t kv_cache_memory = 0;          // KV cache bytes; 0 = the device's default
                                         // (CPU: min(4 GiB, half of MemAvailable after

@@ -74,7 +74,7 @@ LLMEngine::LLMEngine(const Config& config, std::unique_ptr<Backend> backend,
   std::tie(profile_first_step_, profile_last_step_) = profile_steps_from_env();
   model_config_ = load_model_config(config_.model);
   generation_config_ = load_generation_config(config_.model);
-  config_.max_model_len = std::min(config_.max_model_len, model_config_.max_position_embeddings);
+  config_.max_model_len = std::min(config_.max_model_len, model_config_.max_context_len());
   eos_token_ids_ = model_config_.eos_token_ids;
   for (int id : generation_config_.eos_token_ids) {
     if (std::find(eos_token_ids_.begin(), eos_token_ids_.end(), id) == eos_token_ids_.end()) {

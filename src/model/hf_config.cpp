@@ -1,5 +1,6 @@
 #include "model/hf_config.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -111,10 +112,47 @@ std::optional<RopeScaling> parse_rope_scaling(const json& obj, const std::string
   RopeScaling r;
   r.type = t->get<std::string>();
   if (r.type == "default") return r;
-  if (r.type != "linear" && r.type != "llama3")
-    fail("{}: rope scaling '{}' is not supported (field '{}.{}'; supported: default, linear, "
-         "llama3)",
-         path, r.type, where, key);
+  if (r.type != "linear" && r.type != "llama3" && r.type != "yarn")
+    fail(
+        "{}: rope scaling '{}' is not supported (field '{}.{}'; supported: default, linear, "
+        "llama3, yarn)",
+        path, r.type, where, key);
+  if (r.type == "yarn") {
+    // factor may be absent when original_max_position_embeddings is given (transformers then
+    // takes max_position_embeddings / original: resolved in parse_rope).
+    r.factor = field(obj, "factor") ? scaling_number(obj, "factor", path, where) : 0.0;
+    if (const json* o = field(obj, "original_max_position_embeddings")) {
+      r.original_max_position_embeddings =
+          as_int(*o, path, where + ".original_max_position_embeddings");
+      if (r.original_max_position_embeddings <= 0)
+        fail("{}: field '{}.original_max_position_embeddings' must be positive, got {}", path,
+             where, r.original_max_position_embeddings);
+    } else if (r.factor == 0.0) {
+      fail(
+          "{}: field '{}' has neither 'factor' nor 'original_max_position_embeddings' (yarn needs "
+          "one)",
+          path, where);
+    }
+    // transformers: `get("beta_fast") or 32`, so 0 means the default too.
+    if (field(obj, "beta_fast") &&
+        as_number(*field(obj, "beta_fast"), path, where + ".beta_fast") != 0)
+      r.beta_fast = scaling_number(obj, "beta_fast", path, where);
+    if (field(obj, "beta_slow") &&
+        as_number(*field(obj, "beta_slow"), path, where + ".beta_slow") != 0)
+      r.beta_slow = scaling_number(obj, "beta_slow", path, where);
+    if (!(r.beta_fast > r.beta_slow))
+      fail("{}: field '{}.beta_fast' ({}) must exceed 'beta_slow' ({})", path, where, r.beta_fast,
+           r.beta_slow);
+    if (field(obj, "attention_factor"))
+      r.attention_factor = scaling_number(obj, "attention_factor", path, where);
+    if (field(obj, "mscale")) r.mscale = as_number(*field(obj, "mscale"), path, where + ".mscale");
+    if (field(obj, "mscale_all_dim"))
+      r.mscale_all_dim = as_number(*field(obj, "mscale_all_dim"), path, where + ".mscale_all_dim");
+    if (!std::isfinite(r.mscale) || !std::isfinite(r.mscale_all_dim))
+      fail("{}: fields '{}.mscale' / 'mscale_all_dim' must be finite", path, where);
+    if (const json* t = field(obj, "truncate")) r.truncate = as_bool(*t, path, where + ".truncate");
+    return r;
+  }
   r.factor = scaling_number(obj, "factor", path, where);
   if (r.type == "llama3") {
     r.low_freq_factor = scaling_number(obj, "low_freq_factor", path, where);
@@ -161,6 +199,13 @@ void parse_rope(const json& j, const std::string& path, ModelConfig& c) {
   if (!(c.rope_theta > 0) || !std::isfinite(c.rope_theta))
     fail("{}: field 'rope_theta' must be positive, got {}", path, c.rope_theta);
   if (scaling) c.rope_scaling = *scaling;
+  RopeScaling& r = c.rope_scaling;
+  if (r.type == "yarn") {  // transformers' defaults, which need max_position_embeddings
+    if (r.original_max_position_embeddings == 0)
+      r.original_max_position_embeddings = c.max_position_embeddings;
+    if (r.factor == 0.0)
+      r.factor = double(c.max_position_embeddings) / r.original_max_position_embeddings;
+  }
 }
 
 // An optional integer field, `fallback` when absent (transformers' config-class default).
@@ -258,6 +303,12 @@ void parse_sliding_window(const json& j, const std::string& path, bool mistral, 
 }
 
 }  // namespace
+
+int ModelConfig::max_context_len() const {
+  if (rope_scaling.type != "yarn") return max_position_embeddings;
+  const double scaled = double(rope_scaling.original_max_position_embeddings) * rope_scaling.factor;
+  return int(std::clamp(scaled, double(max_position_embeddings), double(1 << 30)));
+}
 
 int ModelConfig::layer_sliding_window(int i) const {
   for (int l : full_attention_layers)

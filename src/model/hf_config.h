@@ -13,11 +13,20 @@ namespace nanovllm {
 //   llama3: wavelength 2 pi / inv_freq against the original context L: above L / low_freq_factor
 //     inv_freq / factor, below L / high_freq_factor unchanged, between them the blend
 //     (1 - s) inv_freq / factor + s inv_freq with s = (L / wavelength - low) / (high - low).
+//   yarn (transformers' _compute_yarn_parameters): dimension pairs j below the one that turns
+//     beta_fast times over L keep inv_freq, those above the one that turns beta_slow times take
+//     inv_freq / factor, a linear ramp between (floored / ceiled bounds unless truncate is
+//     false); cos and sin are multiplied by the attention factor (given, or 0.1 ln(factor) + 1,
+//     or DeepSeek's mscale / mscale_all_dim ratio of that form).
 struct RopeScaling {
-  std::string type = "default";  // "default" | "linear" | "llama3"
+  std::string type = "default";  // "default" | "linear" | "llama3" | "yarn"
   double factor = 1.0;
   double low_freq_factor = 1.0, high_freq_factor = 4.0;  // llama3
-  int original_max_position_embeddings = 0;              // llama3
+  int original_max_position_embeddings = 0;              // llama3, yarn (default: the config's)
+  double beta_fast = 32.0, beta_slow = 1.0;              // yarn
+  double attention_factor = 0.0;                         // yarn: 0 when the config gives none
+  double mscale = 0.0, mscale_all_dim = 0.0;             // yarn: 0 when absent
+  bool truncate = true;                                  // yarn
 };
 
 // The fields of config.json the engine uses. Supported: Qwen3ForCausalLM, Qwen2ForCausalLM,
@@ -62,6 +71,9 @@ struct ModelConfig {
   std::vector<int> mlp_only_layers;    // Qwen3-MoE: layers kept dense (intermediate_size)
 
   bool is_moe() const { return num_experts > 0; }
+  // The longest context the positions allow: max_position_embeddings, or for yarn
+  // original_max_position_embeddings x factor where that is longer (vLLM's derived length).
+  int max_context_len() const;
   // Layer i's sliding window: sliding_window, or 0 for a layer of full attention.
   int layer_sliding_window(int i) const;
   // Whether layer i's MLP is the sparse block (transformers' Qwen3MoeDecoderLayer rule).
@@ -70,8 +82,8 @@ struct ModelConfig {
 
 // Reads and validates <folder>/config.json. Throws Error naming the file and the field for a
 // missing/invalid field, an unsupported architecture, rope scaling other than default / linear /
-// llama3, mlp_bias, expert counts that do not fit (num_experts_per_tok > num_experts, ...), or a
-// quantization_config that model/quantization_config.h does not support.
+// llama3 / yarn, mlp_bias, expert counts that do not fit (num_experts_per_tok > num_experts, ...),
+// or a quantization_config that model/quantization_config.h does not support.
 ModelConfig load_model_config(const std::string& folder);
 // The same from JSON text (path is used in error messages).
 ModelConfig parse_model_config(const std::string& json_text, const std::string& path);

@@ -1,17 +1,40 @@
 #include "model/qwen3.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace nanovllm {
 
 namespace {
 
+constexpr double kPi = 3.14159265358979323846;
+
+// yarn: the dimension pair that turns r times over the original context L (fractional).
+double yarn_pair(double r, int head_dim, double theta, double L) {
+  return head_dim * std::log(L / (r * 2 * kPi)) / (2 * std::log(theta));
+}
+
+// yarn's weight of the scaled frequency at pair j: 0 up to the pair turning beta_fast times, 1
+// from the one turning beta_slow times, linear between.
+double yarn_ramp(int j, int head_dim, double theta, const RopeScaling& s) {
+  const double L = s.original_max_position_embeddings;
+  double lo = yarn_pair(s.beta_fast, head_dim, theta, L),
+         hi = yarn_pair(s.beta_slow, head_dim, theta, L);
+  if (s.truncate) lo = std::floor(lo), hi = std::ceil(hi);
+  lo = std::max(lo, 0.0), hi = std::min(hi, double(head_dim - 1));
+  if (lo == hi) hi += 0.001;
+  return std::clamp((j - lo) / (hi - lo), 0.0, 1.0);
+}
+
 // inv_freq_j = theta^(-2j / D), scaled as config.rope_scaling says (model/hf_config.h).
 double inv_freq(int j, int head_dim, double theta, const RopeScaling& s) {
   const double f = std::pow(theta, -2.0 * j / head_dim);
   if (s.type == "linear") return f / s.factor;
+  if (s.type == "yarn") {
+    const double w = yarn_ramp(j, head_dim, theta, s);
+    return w * f / s.factor + (1 - w) * f;
+  }
   if (s.type != "llama3") return f;
-  const double kPi = 3.14159265358979323846;
   const double wavelen = 2 * kPi / f, L = s.original_max_position_embeddings;
   if (wavelen < L / s.high_freq_factor) return f;  // high frequencies: kept
   if (wavelen > L / s.low_freq_factor) return f / s.factor;  // low frequencies: scaled
@@ -19,16 +42,27 @@ double inv_freq(int j, int head_dim, double theta, const RopeScaling& s) {
   return (1 - smooth) * f / s.factor + smooth * f;
 }
 
-// cos/sin of the rotate-half RoPE: row p = [cos(p f_0) .. cos(p f_{D/2-1}), sin(...) ...].
+// The factor cos and sin are multiplied by: yarn's attention factor, else 1.
+double rope_attention_factor(const RopeScaling& s) {
+  if (s.type != "yarn") return 1.0;
+  if (s.attention_factor > 0) return s.attention_factor;
+  auto mscale = [&](double m) { return s.factor <= 1 ? 1.0 : 0.1 * m * std::log(s.factor) + 1.0; };
+  if (s.mscale != 0 && s.mscale_all_dim != 0) return mscale(s.mscale) / mscale(s.mscale_all_dim);
+  return mscale(1.0);
+}
+
+// cos/sin of the rotate-half RoPE: row p = [cos(p f_0) .. cos(p f_{D/2-1}), sin(...) ...], times
+// the scaling's attention factor.
 std::vector<float> rope_table(int max_position, int head_dim, double theta, const RopeScaling& s) {
   const int half = head_dim / 2;
+  const double m = rope_attention_factor(s);
   std::vector<float> t(size_t(max_position) * head_dim);
   for (int j = 0; j < half; ++j) {
     const double f = inv_freq(j, head_dim, theta, s);
     for (int p = 0; p < max_position; ++p) {
       double a = p * f;
-      t[size_t(p) * head_dim + j] = float(std::cos(a));
-      t[size_t(p) * head_dim + half + j] = float(std::sin(a));
+      t[size_t(p) * head_dim + j] = float(m * std::cos(a));
+      t[size_t(p) * head_dim + half + j] = float(m * std::sin(a));
     }
   }
   return t;

@@ -2,8 +2,9 @@
 // The dense decoder of Qwen3, Qwen2, Llama and Mistral, written once against the Backend
 // interface (named after nano-vllm's qwen3.py). Qwen3: per-head RMSNorm of q and k before RoPE.
 // Qwen2: q/k/v biases, no q/k norm. Llama / Mistral: neither (biases where attention_bias says),
-// RoPE frequencies scaled as rope_scaling says (linear, llama3), Mistral's window refused past
-// max_model_len by the engine. Qwen3-MoE / Mixtral: the same layers, with sparse MoE blocks
+// Mistral's sliding window (per layer, in LayerKVCache). Every family: RoPE frequencies scaled
+// as rope_scaling says (linear, llama3, yarn; yarn's attention factor folded into the cos / sin
+// table). Qwen3-MoE / Mixtral: the same layers, with sparse MoE blocks
 // (router + fused_moe) where config.is_sparse_layer says.
 #include <vector>
 

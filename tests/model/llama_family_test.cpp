@@ -1,10 +1,11 @@
 // What the Llama family adds to the Qwen decoder, through the whole engine: llama3 RoPE scaling
-// reaches the output (and the reference forward, written from transformers' own formula, agrees
-// at positions where the scaled frequencies have turned far), Mistral's sliding window (and
-// Qwen2's, on some layers) matches the reference past the window, and text prompts get the BOS
-// (Llama 3's tokenizer, and Llama 2's SentencePiece-style one on a Mistral model). The shared paths
-// (logits, greedy tokens, prefix cache, preemption, chunked prefill, TP, the CUDA emulator) run the
-// tiny-llama and tiny-mistral presets in their own suites.
+// (and yarn, Qwen's own long-context scaling) reaches the output (and the reference forward,
+// written from transformers' own formula, agrees at positions where the scaled frequencies have
+// turned far), Mistral's sliding window (and Qwen2's, on some layers) matches the reference past
+// the window, and text prompts get the BOS (Llama 3's tokenizer, and Llama 2's SentencePiece-style
+// one on a Mistral model). The shared paths (logits, greedy tokens, prefix cache, preemption,
+// chunked prefill, TP, the CUDA emulator) run the tiny-llama and tiny-mistral presets in their own
+// suites.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -55,6 +56,66 @@ TEST(LlamaFamily, Llama3RopeScalingReachesTheOutput) {
               llama3_vs_plain, linear_vs_plain);
   EXPECT_GT(llama3_vs_plain, 1e-2);  // measured 2.1e-2: llama3 turns only the low frequencies
   EXPECT_GT(linear_vs_plain, 1e-2);  // measured 1.7e-1
+}
+
+// YaRN (Qwen3's documented way to a 131,072-token context) on the tiny Qwen3 preset with an
+// original context of 64 positions, so a 400-token prompt runs far past it: the engine's logits
+// against the reference forward (transformers' _compute_yarn_parameters, its attention factor on
+// cos and sin) for the default attention factor, an explicit one with truncate off, and
+// DeepSeek's mscale ratio; each differs from RoPE without scaling and from the others.
+TEST(RopeScaling, YarnMatchesTheReference) {
+  const std::string model = test::tiny_model("tiny");
+  const nlohmann::json base = {
+      {"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 64}};
+  nlohmann::json explicit_factor = base, mscale = base;
+  explicit_factor.update({{"attention_factor", 1.0}, {"truncate", false}, {"beta_fast", 8.0}});
+  mscale.update({{"mscale", 1.0}, {"mscale_all_dim", 0.5}});
+  const std::vector<std::string> folders = {
+      test::with_config_field(model, "rope_scaling", nullptr, "plain"),
+      test::with_config_field(model, "rope_scaling", base, "yarn"),
+      test::with_config_field(model, "rope_scaling", explicit_factor, "yarn-af1"),
+      test::with_config_field(model, "rope_scaling", mscale, "yarn-mscale")};
+  const std::vector<int32_t> prompt = long_prompt(test::vocab_size(model));
+  std::vector<std::vector<float>> got;
+  for (const std::string& m : folders) {
+    LLMEngine engine(test::tiny_config(m));
+    got.push_back(test::prefill_logits(engine, prompt));
+    const ref::ReferenceModel reference(m, ref::Precision::kBf16Storage);
+    const double err = test::relative_error(got.back(), reference.last_logits(prompt));
+    std::printf("%s: logit error / max |logit| against the reference %.2e\n",
+                fs::path(m).filename().c_str(), err);
+    EXPECT_LT(err, 5e-3) << m;
+  }
+  for (size_t i = 0; i < got.size(); ++i)
+    for (size_t k = i + 1; k < got.size(); ++k) {
+      const double change = test::relative_error(got[i], got[k]);
+      std::printf("change / max |logit| between %zu and %zu: %.2e\n", i, k, change);
+      EXPECT_GT(change, 1e-2) << i << " " << k;
+    }
+}
+
+// yarn lets max_model_len reach original_max_position_embeddings x factor (vLLM's derived
+// length) where that exceeds max_position_embeddings; without it the latter caps the request.
+TEST(RopeScaling, YarnExtendsTheContextLimit) {
+  const std::string model = test::tiny_model("tiny");
+  const std::string short_ctx =
+      test::with_config_field(model, "max_position_embeddings", 128, "pos128");
+  const std::string yarn = test::with_config_field(
+      short_ctx, "rope_scaling",
+      {{"rope_type", "yarn"}, {"factor", 3.0}, {"original_max_position_embeddings", 128}}, "yarn");
+  Config c = test::tiny_config(short_ctx);
+  c.max_model_len = 512;
+  EXPECT_EQ(LLMEngine(c).config().max_model_len, 128);
+  c.model = yarn;
+  LLMEngine engine(c);
+  EXPECT_EQ(engine.config().max_model_len, 384);
+  // A 300-token prompt runs past the pretrained 128 positions and matches the reference there.
+  const std::vector<int32_t> prompt =
+      test::random_prompts(1, test::vocab_size(model), 300, 300, 5)[0];
+  const ref::ReferenceModel reference(yarn, ref::Precision::kBf16Storage);
+  EXPECT_LT(
+      test::relative_error(test::prefill_logits(engine, prompt), reference.last_logits(prompt)),
+      5e-3);
 }
 
 // A windowed model's last-token logits (got) against the reference forward on its own folder

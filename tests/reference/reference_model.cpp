@@ -93,11 +93,15 @@ Vec rmsnorm(const float* x, const Vec& g, size_t n, double eps) {
 }
 
 // The RoPE frequencies of transformers' rope_init_fn for the config's rope type: default,
-// linear (_compute_linear_scaling_rope_parameters) and llama3 (_compute_llama3_parameters), in
-// their own terms: the wavelength bands and torch.where's choices.
-std::vector<double> rope_inv_freq(size_t D, double theta, const RopeScaling& s) {
+// linear (_compute_linear_scaling_rope_parameters), llama3 (_compute_llama3_parameters) and yarn
+// (_compute_yarn_parameters), in their own terms: the wavelength bands and torch.where's choices,
+// yarn's correction range and linear ramp over arange(dim / 2). attention_factor: what
+// transformers multiplies cos and sin by (1 but for yarn).
+std::vector<double> rope_inv_freq(size_t D, double theta, const RopeScaling& s,
+                                  double* attention_factor) {
   std::vector<double> inv(D / 2);
   for (size_t j = 0; j < D / 2; ++j) inv[j] = 1.0 / std::pow(theta, double(2 * j) / double(D));
+  *attention_factor = 1.0;
   if (s.type == "linear") {
     for (double& f : inv) f /= s.factor;
   } else if (s.type == "llama3") {
@@ -112,6 +116,36 @@ std::vector<double> rope_inv_freq(size_t D, double theta, const RopeScaling& s) 
       const bool medium = !(wavelen < high_freq_wavelen) && !(wavelen > low_freq_wavelen);
       f = medium ? smoothed : llama;
     }
+  } else if (s.type == "yarn") {
+    const double dim = double(D), base = theta, factor = s.factor;
+    auto get_mscale = [](double scale, double mscale) {
+      return scale <= 1 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0;
+    };
+    if (s.attention_factor > 0)
+      *attention_factor = s.attention_factor;
+    else if (s.mscale != 0 && s.mscale_all_dim != 0)
+      *attention_factor = get_mscale(factor, s.mscale) / get_mscale(factor, s.mscale_all_dim);
+    else
+      *attention_factor = get_mscale(factor, 1.0);
+    auto find_correction_dim = [&](double num_rotations) {
+      return (dim * std::log(s.original_max_position_embeddings / (num_rotations * 2 * M_PI))) /
+             (2 * std::log(base));
+    };
+    double low = find_correction_dim(s.beta_fast), high = find_correction_dim(s.beta_slow);
+    if (s.truncate) {
+      low = std::floor(low);
+      high = std::ceil(high);
+    }
+    low = std::max(low, 0.0);
+    high = std::min(high, dim - 1);
+    if (low == high) high += 0.001;
+    for (size_t j = 0; j < D / 2; ++j) {
+      const double pos_freq = std::pow(base, double(2 * j) / dim);
+      const double extrapolation = 1.0 / pos_freq, interpolation = 1.0 / (factor * pos_freq);
+      const double ramp = std::clamp((double(j) - low) / (high - low), 0.0, 1.0);
+      const double extrapolation_factor = 1 - ramp;
+      inv[j] = interpolation * (1 - extrapolation_factor) + extrapolation * extrapolation_factor;
+    }
   } else if (s.type != "default") {
     throw std::runtime_error("reference model: rope type " + s.type);
   }
@@ -125,12 +159,13 @@ bool is_router(const std::string& name) {
          name.find(".experts.") == std::string::npos;
 }
 
-// Rotate-half RoPE of one head at position pos.
-void rope(float* x, size_t D, int pos, const std::vector<double>& inv_freq) {
+// Rotate-half RoPE of one head at position pos, cos and sin times attention_factor.
+void rope(float* x, size_t D, int pos, const std::vector<double>& inv_freq,
+          double attention_factor) {
   size_t half = D / 2;
   for (size_t j = 0; j < half; ++j) {
     double a = pos * inv_freq[j];
-    double c = std::cos(a), s = std::sin(a);
+    double c = attention_factor * std::cos(a), s = attention_factor * std::sin(a);
     double x1 = x[j], x2 = x[j + half];
     x[j] = float(x1 * c - x2 * s);
     x[j + half] = float(x2 * c + x1 * s);
@@ -204,7 +239,8 @@ std::vector<std::vector<float>> ReferenceModel::logits_at(const std::vector<int3
   const double eps = c.rms_norm_eps;
   const bool bf16 = precision_ != Precision::kFp32;
   const bool fp8_kv = precision_ == Precision::kBf16StorageFp8Kv;
-  const std::vector<double> inv_freq = rope_inv_freq(D, c.rope_theta, c.rope_scaling);
+  double rope_factor = 1.0;
+  const std::vector<double> inv_freq = rope_inv_freq(D, c.rope_theta, c.rope_scaling, &rope_factor);
   router_gap_ = 1e300;
   // Where the GEMM of `weight` reads x: the quantized GEMM's grid, else bf16 storage.
   const GemmInput gemm_in = [&](const Vec& v, const std::string& weight) {
@@ -230,14 +266,14 @@ std::vector<std::vector<float>> ReferenceModel::logits_at(const std::vector<int3
           Vec n = rmsnorm(&q[t][hh * D], w(p + "self_attn.q_norm.weight"), D, eps);
           std::memcpy(&q[t][hh * D], n.data(), D * 4);
         }
-        rope(&q[t][hh * D], D, int(t), inv_freq);
+        rope(&q[t][hh * D], D, int(t), inv_freq, rope_factor);
       }
       for (size_t hh = 0; hh < Hkv; ++hh) {
         if (c.qk_norm) {
           Vec n = rmsnorm(&k[t][hh * D], w(p + "self_attn.k_norm.weight"), D, eps);
           std::memcpy(&k[t][hh * D], n.data(), D * 4);
         }
-        rope(&k[t][hh * D], D, int(t), inv_freq);
+        rope(&k[t][hh * D], D, int(t), inv_freq, rope_factor);
       }
       if (fp8_kv) {  // the KV cache holds E4M3 codes of unit scale
         for (float& e : k[t]) e = fp8_e4m3_to_float(float_to_fp8_e4m3(e));

@@ -300,12 +300,89 @@ TEST(HfConfig, RopeScalingTypes) {
   expect_error(j, {"'rope_scaling' (linear) and 'rope_parameters' (llama3)"});
 }
 
+TEST(HfConfig, YarnAsQwenDocumentsIt) {
+  // Qwen3's model card: add this rope_scaling to config.json for a 131,072-token context.
+  json j = qwen3_0_6b();
+  j["rope_scaling"] = {
+      {"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 32768}};
+  ModelConfig c = parse(j);
+  EXPECT_EQ(c.rope_scaling.type, "yarn");
+  EXPECT_DOUBLE_EQ(c.rope_scaling.factor, 4.0);
+  EXPECT_EQ(c.rope_scaling.original_max_position_embeddings, 32768);
+  EXPECT_DOUBLE_EQ(c.rope_scaling.beta_fast, 32.0);  // transformers' defaults
+  EXPECT_DOUBLE_EQ(c.rope_scaling.beta_slow, 1.0);
+  EXPECT_DOUBLE_EQ(c.rope_scaling.attention_factor, 0.0);  // none given: 0.1 ln(factor) + 1
+  EXPECT_TRUE(c.rope_scaling.truncate);
+  EXPECT_EQ(c.max_position_embeddings, 40960);
+  EXPECT_EQ(c.max_context_len(), 131072);  // vLLM's derived length: original x factor
+  // Every optional field read; beta 0 means the default (transformers' `or 32`).
+  j["rope_scaling"].update({{"beta_fast", 16.0},
+                            {"beta_slow", 0},
+                            {"attention_factor", 1.5},
+                            {"mscale", 0.707},
+                            {"mscale_all_dim", 0.707},
+                            {"truncate", false}});
+  c = parse(j);
+  EXPECT_DOUBLE_EQ(c.rope_scaling.beta_fast, 16.0);
+  EXPECT_DOUBLE_EQ(c.rope_scaling.beta_slow, 1.0);
+  EXPECT_DOUBLE_EQ(c.rope_scaling.attention_factor, 1.5);
+  EXPECT_DOUBLE_EQ(c.rope_scaling.mscale, 0.707);
+  EXPECT_DOUBLE_EQ(c.rope_scaling.mscale_all_dim, 0.707);
+  EXPECT_FALSE(c.rope_scaling.truncate);
+  // No original length: the config's own; no factor: max_position_embeddings / original.
+  j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 2.0}};
+  c = parse(j);
+  EXPECT_EQ(c.rope_scaling.original_max_position_embeddings, 40960);
+  EXPECT_EQ(c.max_context_len(), 81920);
+  j["rope_scaling"] = {{"rope_type", "yarn"}, {"original_max_position_embeddings", 10240}};
+  c = parse(j);
+  EXPECT_DOUBLE_EQ(c.rope_scaling.factor, 4.0);
+  EXPECT_EQ(c.max_context_len(), 40960);
+  // A scaled length below max_position_embeddings keeps the latter.
+  j["rope_scaling"] = {
+      {"rope_type", "yarn"}, {"factor", 2.0}, {"original_max_position_embeddings", 1024}};
+  EXPECT_EQ(parse(j).max_context_len(), 40960);
+  j.erase("rope_scaling");
+  EXPECT_EQ(parse(j).max_context_len(), 40960);
+  // transformers 5's rope_parameters.
+  j["rope_parameters"] = {{"rope_type", "yarn"},
+                          {"factor", 4.0},
+                          {"rope_theta", 1e6},
+                          {"original_max_position_embeddings", 32768}};
+  j.erase("rope_theta");
+  c = parse(j);
+  EXPECT_EQ(c.rope_scaling.type, "yarn");
+  EXPECT_EQ(c.max_context_len(), 131072);
+}
+
+TEST(HfConfig, MalformedYarnFieldsAreNamed) {
+  json j = qwen3_0_6b();
+  j["rope_scaling"] = {{"rope_type", "yarn"}};
+  expect_error(j, {"'rope_scaling' has neither 'factor' nor 'original_max_position_embeddings'"});
+  j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 0.0}};
+  expect_error(j, {"'rope_scaling.factor' must be positive"});
+  j["rope_scaling"] = {
+      {"rope_type", "yarn"}, {"factor", 4.0}, {"beta_fast", 1.0}, {"beta_slow", 2.0}};
+  expect_error(j, {"'rope_scaling.beta_fast' (1) must exceed 'beta_slow' (2)"});
+  j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}, {"beta_fast", "fast"}};
+  expect_error(j, {"'rope_scaling.beta_fast' must be a number"});
+  j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}, {"attention_factor", -1.0}};
+  expect_error(j, {"'rope_scaling.attention_factor' must be positive"});
+  j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}, {"truncate", "yes"}};
+  expect_error(j, {"'rope_scaling.truncate' must be true or false"});
+  j["rope_scaling"] = {
+      {"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 0}};
+  expect_error(j, {"'rope_scaling.original_max_position_embeddings' must be positive"});
+  j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}, {"mscale", "big"}};
+  expect_error(j, {"'rope_scaling.mscale' must be a number"});
+}
+
 TEST(HfConfig, RopeScalingWeDoNotImplementIsRefusedByName) {
   json j = qwen3_0_6b();
-  for (const char* type : {"yarn", "dynamic", "longrope", "su"}) {
+  for (const char* type : {"dynamic", "longrope", "su"}) {
     j["rope_scaling"] = {{"rope_type", type}, {"factor", 4.0}};
     expect_error(j, {fmt::format("rope scaling '{}' is not supported", type),
-                     "rope_scaling.rope_type", "default, linear, llama3"});
+                     "rope_scaling.rope_type", "default, linear, llama3, yarn"});
   }
   j["rope_scaling"] = {{"type", "dynamic"}, {"factor", 2.0}};
   expect_error(j, {"rope scaling 'dynamic' is not supported", "rope_scaling.type"});
@@ -323,8 +400,8 @@ TEST(HfConfig, RopeScalingWeDoNotImplementIsRefusedByName) {
   j["rope_scaling"]["low_freq_factor"] = "one";
   expect_error(j, {"'rope_scaling.low_freq_factor' must be a number"});
   j.erase("rope_scaling");
-  j["rope_parameters"] = {{"rope_type", "yarn"}, {"rope_theta", 5e5}};
-  expect_error(j, {"rope scaling 'yarn' is not supported", "rope_parameters.rope_type"});
+  j["rope_parameters"] = {{"rope_type", "longrope"}, {"rope_theta", 5e5}};
+  expect_error(j, {"rope scaling 'longrope' is not supported", "rope_parameters.rope_type"});
   j["rope_parameters"] = 3;
   expect_error(j, {"'rope_parameters' must be an object"});
 }
