@@ -16,7 +16,8 @@
 #          the Qwen3 tokenizer files when .gpu/tokenizer has them), `nanovllm bench --device
 #          cuda` with graphs, with --enforce-eager and with --kv-cache-dtype fp8, and greedy
 #          outputs of 8 prompts scored against transformers' fp32 forward (hf_compare.py) on
-#          that folder and on tiny-qwen2, tiny-llama, tiny-mistral, qwen3-moe-tiny and tiny-mixtral
+#          that folder and on tiny-qwen2, tiny-llama, tiny-mistral, qwen3-moe-tiny, tiny-mixtral and
+#          tiny-yarn (the tiny preset with yarn RoPE scaling)
 #   peer   nano-vllm (.gpu/nano-vllm, its flash-attn stand-in checked first by check_shim.py)
 #          beside us on the same folder and workload: 3 interleaved rounds of nano-vllm, ours
 #          with a bf16 KV cache and ours with fp8; medians and ratios (about 7 minutes)
@@ -35,7 +36,7 @@
 # (the tool returns at most 8 files).
 # NANOVLLM_CTEST_REGEX runs only the cuda tests it matches (ctest -R); NANOVLLM_GREEDY_FAMILIES
 # the tiny presets the bench phase scores against transformers besides qwen3-0.6b (default: all
-# five; empty: none), for a short lease.
+# six; empty: none), for a short lease.
 # NANOVLLM_BENCH_FLAGS adds engine flags to both bench runs (e.g. "--max-num-seqs 256");
 # NANOVLLM_BENCH_MODES picks the bench runs (default "graphs eager fp8"); NANOVLLM_PEER_ROUNDS the
 # peer phase's rounds (default 3); NANOVLLM_GPU_BUDGET_S skips the phases that would start after
@@ -166,14 +167,28 @@ print(f'{t:,.0f} output tok/s ({n:,.0f} tokens); bound {bound:.2f} s = {best:,.0
   # then each other family the engine loads (tiny presets: seconds each).
   greedy_vs_hf "$model" qwen3-0.6b
   local p
-  for p in ${NANOVLLM_GREEDY_FAMILIES-tiny-qwen2 tiny-llama tiny-mistral qwen3-moe-tiny tiny-mixtral}; do
-    if [ -f ".gpu/models/$p/config.json" ] ||
-        "$bin" make-model --preset "$p" --out ".gpu/models/$p" > "$out/make_model_$p.log" 2>&1; then
+  for p in ${NANOVLLM_GREEDY_FAMILIES-tiny-qwen2 tiny-llama tiny-mistral qwen3-moe-tiny tiny-mixtral tiny-yarn}; do
+    if [ -f ".gpu/models/$p/config.json" ] || make_family "$p"; then
       greedy_vs_hf ".gpu/models/$p" "$p"
     else
       note "greedy vs transformers fp32 ($p)" FAIL "make-model: see make_model_$p.log"
     fi
   done
+}
+
+# make_family NAME: a make-model preset into .gpu/models/NAME; tiny-yarn is the tiny Qwen3 preset
+# with yarn RoPE scaling over an original context of 64 positions (the prompts run past it).
+make_family() {
+  local p=$1 preset=$1
+  [ "$p" = tiny-yarn ] && preset=tiny
+  "$bin" make-model --preset "$preset" --out ".gpu/models/$p" > "$out/make_model_$p.log" 2>&1 || return 1
+  [ "$p" = tiny-yarn ] || return 0
+  python3 - ".gpu/models/$p/config.json" << 'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c["rope_scaling"] = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64}
+json.dump(c, open(sys.argv[1], "w"), indent=2)
+PY
 }
 
 # greedy_vs_hf MODEL_DIR NAME: 8 random prompts (ids below the vocabulary), 32 greedy tokens on
