@@ -394,16 +394,18 @@ inline __m512 reduce16(__m512 u0, __m512 u1, __m512 u2, __m512 u3) {
                        _mm512_shuffle_f32x4(s01, s23, _MM_SHUFFLE(3, 1, 3, 1)));
 }
 
-// Scores of one key for the 16 query heads (lanes) of a block: lane x = q_x . k_{x / G}.
+// Scores of one key for query heads [X0, X1) of a block of 16 (lanes): lane x = q_x . k_{x / G},
+// the other lanes 0. Each lane's sum is the same whatever the range (the transposed reduction
+// never mixes heads), so half a block (8 heads, X1 - X0 = 8) gives its heads' full-block bits.
 // qp: [16][D] in T's layout, 64-byte aligned; kp: the key's row of the block's first kv head.
-template <int G, int D, class T>
+template <int G, int D, class T, int X0 = 0, int X1 = 16>
 inline __m512 score_key(const float* qp, const T* kp) {
   __m512 dot[16];
   #pragma GCC unroll 16
   for (int x = 0; x < 16; ++x) dot[x] = _mm512_setzero_ps();
   #pragma GCC unroll 16
-  for (int g = 0; g < 16 / G; ++g)
-    #pragma GCC unroll 16
+  for (int g = X0 / G; g < X1 / G; ++g)
+#pragma GCC unroll 16
     for (int i = 0; i < D; i += 32) {
       __m512 ke, ko;
       load_pairs(kp + g * D + i, ke, ko);
@@ -491,20 +493,21 @@ struct ChunkRows {
 // 1.79-1.91. Every output sums the same terms in the same order as before (scores, then P.V,
 // chunk by chunk): the same bits. The rows of the chunk after next (K) and of the next (V) are
 // prefetched into L2 under the current pair.
-// The item's kv heads [h0, h1) hold whole blocks of 16 query heads, [b0, b1).
+// The item's kv heads [h0, h1) hold query heads in whole units of 8 (halves of a 16-lane block;
+// the lanes of the other half are computed as 0 and never stored for an output).
 template <int G, int D, class T>
 void decode_partition512(const AttnArgs& a, const DecodeItem& it, int64_t h0, int64_t h1, float* m,
                          float* l, float* acc, float* qp) {
   constexpr int64_t d = D;
   const int64_t hkv = a.num_kv_heads, hq = hkv * G, blocks = hq / 16;
-  const int64_t x0 = h0 * G, x1 = h1 * G, b0 = x0 / 16, b1 = x1 / 16;  // query heads, blocks
+  // Query heads [x0, x1) (multiples of 8), in blocks [b0, b1) of 16 (the end ones maybe half).
+  const int64_t x0 = h0 * G, x1 = h1 * G, b0 = x0 / 16, b1 = (x1 + 15) / 16;
   const int64_t row_elems = (h1 - h0) * d;  // the item's slice of a token row (prefetched)
   const int32_t* table = a.block_tables + it.seq * a.max_num_blocks;
-  for (int64_t h = x0; h < x1; ++h) {
-    m[h] = kNegInf;
-    l[h] = 0.0f;
+  std::fill(m + b0 * 16, m + b1 * 16, kNegInf);  // whole blocks: a half block's other lanes too
+  std::fill(l + b0 * 16, l + b1 * 16, 0.0f);
+  for (int64_t h = x0; h < x1; ++h)
     layout_head<T>(qp + h * d, a.q + it.seq * a.q_stride + h * a.q_head_stride, d);
-  }
   std::fill(acc + x0 * d, acc + x1 * d, 0.0f);
   const __m512 vscale = _mm512_set1_ps(a.scale);
   // Two score buffers (this chunk's probabilities, the next chunk's scores), each
@@ -523,12 +526,17 @@ void decode_partition512(const AttnArgs& a, const DecodeItem& it, int64_t h0, in
     corr = sbuf[1] + blocks * kChunkFloats;
   }
   const auto [k_cache, v_cache] = kv_arrays<T>(a);
-  // The scores of key j (row krow) for the item's blocks of 16 query heads, into s.
+  // The scores of key j (row krow) for the item's query heads, block by block of 16 (an end
+  // block may be half of one), into s.
   auto score = [&](float* s, int64_t j, const T* krow) {
-    for (int64_t b = b0; b < b1; ++b)
-      _mm512_store_ps(
-          s + (b * kDecodeChunk + j) * 16,
-          _mm512_mul_ps(score_key<G, D>(qp + b * 16 * d, krow + b * (16 / G) * d), vscale));
+    for (int64_t b = b0; b < b1; ++b) {
+      const float* qb = qp + b * 16 * d;
+      const T* kb = krow + b * (16 / G) * d;
+      const __m512 v = x0 > b * 16        ? score_key<G, D, T, 8, 16>(qb, kb)
+                       : x1 < b * 16 + 16 ? score_key<G, D, T, 0, 8>(qb, kb)
+                                          : score_key<G, D>(qb, kb);
+      _mm512_store_ps(s + (b * kDecodeChunk + j) * 16, _mm512_mul_ps(v, vscale));
+    }
   };
   ChunkRows<T> rows[3];  // chunks c, c + 1, c + 2 (rotating)
   int cur = 0;
@@ -703,10 +711,17 @@ void CpuBackend::attention_decode(Tensor out, Tensor q, const LayerKVCache& cach
   });
   const bool avx512 = use_avx512(a, decode_avx512_);
   // Fewer items than threads (one or a few sequences, short contexts): each item's kv heads are
-  // split over items, so every thread has work; on the AVX-512 path in whole blocks of 16 query
-  // heads (Qwen3-0.6B's 16 heads stay one item; Llama's and Mistral's 32 make two).
+  // split over items, so every thread has work; on the AVX-512 path in blocks of 16 query heads
+  // (Llama's and Mistral's 32 make two items), or in halves of one (8 heads; Qwen3-0.6B's 16 make
+  // two) where the longest item has kHalfBlockKeys keys or more: below that a half item's fixed
+  // costs (q's layout, the softmax and the reduction of all 16 lanes) ate its gain (Zen 4, one
+  // sequence of 16 / 8 heads: 500 keys 125-131 against 152-174 us a layer, 300 keys 70 against
+  // 88, 200 keys 61 against 60, 100 keys 28 against 25). On the AVX2 path by kv heads.
+  constexpr int64_t kHalfBlockKeys = 256;
   const int64_t threads = pool_.size();
-  const int64_t units = avx512 ? hq / 16 : a.num_kv_heads;  // the kv heads of a unit: hkv / units
+  const int64_t unit_heads = items[0].k1 - items[0].k0 >= kHalfBlockKeys ? 8 : 16;
+  const int64_t units =
+      avx512 ? hq / unit_heads : a.num_kv_heads;  // a unit's kv heads: hkv / units
   if (int64_t(items.size()) < threads && units > 1) {
     const int64_t splits =
         std::min(units, (threads + int64_t(items.size()) - 1) / int64_t(items.size()));
