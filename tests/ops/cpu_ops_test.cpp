@@ -869,6 +869,43 @@ TEST(CpuOpsThreads, AttentionSplitsAgreeBitwise) {
   }
 }
 
+// The f32 prefill attention's matmuls on zmm (CPUs with AVX-512) compute every element as the
+// same chain of FMAs as the ymm ones, so both give the same bits: prompts of 1-300 tokens (rows
+// not a multiple of 16 or 32), GQA 2 and 6, head_dim 128 and 64, a sliding window, and decode's
+// large-GQA path (group 12, which runs the prefill kernel). On a CPU without AVX-512 both
+// backends run the ymm kernel and the comparison holds trivially.
+TEST(CpuOpsIsa, PrefillAttentionSameBitsOnZmmAndYmm) {
+  cpu::CpuBackend native(2, cpu::CpuIsa::Auto, false), ymm(2, cpu::CpuIsa::AVX2, false);
+  auto run = [](cpu::CpuBackend& be) {
+    std::mt19937 rng(13);
+    Vec result;
+    struct Shape {
+      int64_t hq, hkv, d, window;
+      std::vector<SeqSpec> seqs;
+      bool prefill;
+    };
+    const Shape shapes[] = {{16, 8, 128, 0, {{300, 300}, {37, 90}, {1, 5}}, true},
+                            {12, 2, 64, 0, {{77, 77}, {5, 200}}, true},
+                            {16, 8, 128, 50, {{130, 260}}, true},
+                            {24, 2, 128, 0, {{1, 300}, {1, 70}}, false}};
+    for (const Shape& s : shapes) {
+      PagedCase c(rng, s.hq, s.hkv, s.d, 16, s.seqs, s.prefill);
+      c.window = s.window;
+      Vec out(size_t(c.tokens() * s.hq * s.d));
+      const Tensor o = Tensor::contiguous(out.data(), DType::F32, {c.tokens(), s.hq, s.d});
+      if (s.prefill)
+        be.attention_prefill(o, c.q_view(), c.cache(), c.batch, 0.09f);
+      else
+        be.attention_decode(o, c.q_view(), c.cache(), c.batch, 0.09f);
+      result.insert(result.end(), out.begin(), out.end());
+    }
+    return result;
+  };
+  const Vec a = run(native), b = run(ymm);
+  ASSERT_EQ(a.size(), b.size());
+  EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)));
+}
+
 // Batch invariance of decode: a sequence's output is the same bits alone as in any batch (the
 // partitions of its context depend on its length only), so batching never changes a token.
 TEST(CpuOpsBatch, AttentionDecodeDoesNotDependOnTheBatch) {

@@ -68,8 +68,16 @@ struct PrefillItem {
 };
 
 // Runs the prefill kernel over `items` on the pool, most expensive first (sorts `items`).
-// Defined in attention_prefill.cpp.
-void run_prefill_items(ThreadPool& pool, const AttnArgs& a, std::vector<PrefillItem>& items);
+// Defined in attention_prefill.cpp. zmm: its matmuls on AVX-512 (the CPU must have it; the same
+// bits as without).
+void run_prefill_items(ThreadPool& pool, const AttnArgs& a, std::vector<PrefillItem>& items,
+                       bool zmm);
+// That kernel's two matmuls on 16-row zmm vectors, rp % 16 == 0 (attention_prefill_avx512.cpp):
+// st[k][r] = sum_e qt[e][r] kf[k][e] for k < n; ot[e][r] = ot[e][r] corr[r] + sum_k pt[k][r]
+// vf[k][e], each as the ymm blocks of attention_prefill.cpp compute it.
+void qk_rows_avx512(const float* qt, int64_t rp, const float* kf, int64_t n, int64_t d, float* st);
+void pv_rows_avx512(float* ot, int64_t rp, const float* corr, const float* pt, const float* vf,
+                    int64_t n, int64_t d);
 // The same on AVX-512 BF16 (head_dim % 16 == 0). Defined in attention_prefill_bf16.cpp.
 void run_prefill_items_bf16(ThreadPool& pool, const AttnArgs& a, std::vector<PrefillItem>& items);
 

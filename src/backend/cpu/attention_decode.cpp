@@ -678,7 +678,7 @@ void CpuBackend::attention_decode(Tensor out, Tensor q, const LayerKVCache& cach
       check_context(a, hb, ctx, 1, b);
       for (int64_t h = 0; h < a.num_kv_heads; ++h) items.push_back({b, h, b, b, b + 1, ctx - 1, ctx});
     }
-    run_prefill_items(pool_, a, items);
+    run_prefill_items(pool_, a, items, decode_avx512_);
     return;
   }
   // Each sequence is split into partitions at multiples of kPartitionKeys: a function of its
