@@ -3,14 +3,15 @@
 // BF16, prefill takes the same tiling on vdpbf16ps instead (attention_prefill_bf16.cpp).
 //
 // One work item = (sequence, kv head, block of query tokens): its rows are every query head of
-// the GQA group for each of those tokens (about kRowsTarget rows, padded to a multiple of 8). The
-// item walks its keys in tiles of up to kTile: the tile's K and V rows (found through the block
-// table) are converted to f32 once and shared by all rows (on AVX-512 the two matmuls run on zmm,
-// attention_prefill_avx512.cpp: the same bits). Scores are computed transposed,
-// S^T[key][row], by a register-blocked kernel that broadcasts one key element and multiplies it
-// into 8-row vectors of Q^T (no horizontal sums); the online softmax (running max m, sum l) is
-// then elementwise over row vectors, and O^T[d][row] += P^T[key][row] * V[key][d] likewise. Keys
-// beyond the last row's causal limit are never visited; tiles that cross a row's limit are masked.
+// the GQA group for each of those tokens (about kRowsTarget rows, padded to a multiple of 8; of 16
+// on zmm). The item walks its keys in tiles of up to kTile: the tile's K and V rows (found
+// through the block table) are converted to f32 once and shared by all rows (on AVX-512 the two
+// matmuls run on zmm, attention_prefill_avx512.cpp: the same bits). Scores are computed
+// transposed, S^T[key][row], by a register-blocked kernel that broadcasts one key element and
+// multiplies it into 8-row vectors of Q^T (no horizontal sums); the online softmax (running max
+// m, sum l) is then elementwise over row vectors, and O^T[d][row] += P^T[key][row] * V[key][d]
+// likewise. Keys beyond the last row's causal limit are never visited; tiles that cross a row's
+// limit are masked.
 // Under a sliding window the walk starts at the tile holding the first row's first key, and
 // tiles below a row's window start are masked for it (tiles stay at multiples of kTile, so a
 // row's arithmetic never depends on the other rows of its item); keys below the first row's
