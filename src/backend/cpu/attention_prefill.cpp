@@ -19,6 +19,7 @@
 // row that has seen only masked keys keeps m = -inf, l = 0, O = 0: exp's clamp turns -inf - -inf
 // into a tiny factor, never NaN.
 #include <algorithm>
+#include <type_traits>
 #include <vector>
 
 #include "backend/cpu/attention_common.h"
@@ -46,91 +47,20 @@ struct PrefillScratch {
   std::vector<float> m, l, corr, lim, lo;  // [rp] running max, sum, rescale, key bounds
 };
 
-// S^T[k0 + u][r0 .. r0 + 8 NR) = sum_d Q^T[d][r0 ..] * K[k0 + u][d] for u < KB.
-template <int NR, int KB>
-inline void qk_block(const float* qt, int64_t rp, int64_t r0, const float* kf, int64_t k0,
-                     int64_t d, float* st) {
-  __m256 acc[KB][NR];
-  #pragma GCC unroll 16
-  for (int u = 0; u < KB; ++u)
-    #pragma GCC unroll 16
-    for (int i = 0; i < NR; ++i) acc[u][i] = _mm256_setzero_ps();
-  const float* kp = kf + k0 * d;
-  for (int64_t e = 0; e < d; ++e) {
-    __m256 qv[NR];
-    #pragma GCC unroll 16
-    for (int i = 0; i < NR; ++i) qv[i] = _mm256_loadu_ps(qt + e * rp + r0 + 8 * i);
-    #pragma GCC unroll 16
-    for (int u = 0; u < KB; ++u) {
-      const __m256 kb = _mm256_broadcast_ss(kp + u * d + e);
-      #pragma GCC unroll 16
-      for (int i = 0; i < NR; ++i) acc[u][i] = _mm256_fmadd_ps(qv[i], kb, acc[u][i]);
-    }
-  }
-  #pragma GCC unroll 16
-  for (int u = 0; u < KB; ++u)
-    #pragma GCC unroll 16
-    for (int i = 0; i < NR; ++i) _mm256_storeu_ps(st + (k0 + u) * rp + r0 + 8 * i, acc[u][i]);
-}
+// The matmul blocks (attention_prefill_blocks.inc) on 8-row ymm vectors, 6 keys or head_dim
+// elements a block.
+struct Ymm {
+  using T = __m256;
+  static constexpr int kLanes = 8, kBlock = 6;
+  static T load(const float* p) { return _mm256_loadu_ps(p); }
+  static void store(float* p, T v) { _mm256_storeu_ps(p, v); }
+  static T zero() { return _mm256_setzero_ps(); }
+  static T set1(const float* p) { return _mm256_broadcast_ss(p); }
+  static T fma(T a, T b, T c) { return _mm256_fmadd_ps(a, b, c); }
+  static T mul(T a, T b) { return _mm256_mul_ps(a, b); }
+};
 
-template <int NR>
-void qk_rows(const float* qt, int64_t rp, int64_t r0, const float* kf, int64_t n, int64_t d,
-             float* st) {
-  int64_t k = 0;
-  for (; k + 6 <= n; k += 6) qk_block<NR, 6>(qt, rp, r0, kf, k, d, st);
-  switch (n - k) {
-    case 5: return qk_block<NR, 5>(qt, rp, r0, kf, k, d, st);
-    case 4: return qk_block<NR, 4>(qt, rp, r0, kf, k, d, st);
-    case 3: return qk_block<NR, 3>(qt, rp, r0, kf, k, d, st);
-    case 2: return qk_block<NR, 2>(qt, rp, r0, kf, k, d, st);
-    case 1: return qk_block<NR, 1>(qt, rp, r0, kf, k, d, st);
-    default: return;
-  }
-}
-
-// O^T[d0 + u][r0 .. r0 + 8 NR) = O^T[..] * corr[r0 ..] + sum_k P^T[k][r0 ..] * V[k][d0 + u].
-template <int NR, int DB>
-inline void pv_block(float* ot, int64_t rp, int64_t r0, int64_t d0, const float* corr,
-                     const float* pt, const float* vf, int64_t n, int64_t d) {
-  __m256 acc[DB][NR];
-  #pragma GCC unroll 16
-  for (int i = 0; i < NR; ++i) {
-    const __m256 c = _mm256_loadu_ps(corr + r0 + 8 * i);
-    #pragma GCC unroll 16
-    for (int u = 0; u < DB; ++u)
-      acc[u][i] = _mm256_mul_ps(_mm256_loadu_ps(ot + (d0 + u) * rp + r0 + 8 * i), c);
-  }
-  for (int64_t k = 0; k < n; ++k) {
-    __m256 pv[NR];
-    #pragma GCC unroll 16
-    for (int i = 0; i < NR; ++i) pv[i] = _mm256_loadu_ps(pt + k * rp + r0 + 8 * i);
-    #pragma GCC unroll 16
-    for (int u = 0; u < DB; ++u) {
-      const __m256 vb = _mm256_broadcast_ss(vf + k * d + d0 + u);
-      #pragma GCC unroll 16
-      for (int i = 0; i < NR; ++i) acc[u][i] = _mm256_fmadd_ps(pv[i], vb, acc[u][i]);
-    }
-  }
-  #pragma GCC unroll 16
-  for (int u = 0; u < DB; ++u)
-    #pragma GCC unroll 16
-    for (int i = 0; i < NR; ++i) _mm256_storeu_ps(ot + (d0 + u) * rp + r0 + 8 * i, acc[u][i]);
-}
-
-template <int NR>
-void pv_rows(float* ot, int64_t rp, int64_t r0, const float* corr, const float* pt,
-             const float* vf, int64_t n, int64_t d) {
-  int64_t e = 0;
-  for (; e + 6 <= d; e += 6) pv_block<NR, 6>(ot, rp, r0, e, corr, pt, vf, n, d);
-  switch (d - e) {
-    case 5: return pv_block<NR, 5>(ot, rp, r0, e, corr, pt, vf, n, d);
-    case 4: return pv_block<NR, 4>(ot, rp, r0, e, corr, pt, vf, n, d);
-    case 3: return pv_block<NR, 3>(ot, rp, r0, e, corr, pt, vf, n, d);
-    case 2: return pv_block<NR, 2>(ot, rp, r0, e, corr, pt, vf, n, d);
-    case 1: return pv_block<NR, 1>(ot, rp, r0, e, corr, pt, vf, n, d);
-    default: return;
-  }
-}
+#include "backend/cpu/attention_prefill_blocks.inc"
 
 // zmm: the matmuls on AVX-512 (attention_prefill_avx512.cpp; rows padded to 16, not 8).
 void run_prefill_item(const AttnArgs& a, const PrefillItem& it, PrefillScratch& sc, bool zmm) {
@@ -183,13 +113,10 @@ void run_prefill_item(const AttnArgs& a, const PrefillItem& it, PrefillScratch& 
         bf16_row_to_f32(sc.vf.data() + j * d, a.v_cache + off, d);
       }
     }
-    int64_t r0 = 0;
-    if (zmm) {
+    if (zmm)
       qk_rows_avx512(sc.qt.data(), rp, sc.kf.data(), n, d, st);
-    } else {
-      for (; r0 + 16 <= rp; r0 += 16) qk_rows<2>(sc.qt.data(), rp, r0, sc.kf.data(), n, d, st);
-      if (r0 < rp) qk_rows<1>(sc.qt.data(), rp, r0, sc.kf.data(), n, d, st);
-    }
+    else
+      qk_all<Ymm>(sc.qt.data(), rp, sc.kf.data(), n, d, st);
     // Online softmax over 8-row vectors; S^T becomes P^T (masked entries 0).
     const bool masked = c0 + n > min_keys || c0 < max_first;
     for (int64_t r = 0; r < rp; r += 8) {
@@ -222,13 +149,10 @@ void run_prefill_item(const AttnArgs& a, const PrefillItem& it, PrefillScratch& 
       _mm256_storeu_ps(sc.m.data() + r, m_new);
       _mm256_storeu_ps(sc.corr.data() + r, corr);
     }
-    if (zmm) {
+    if (zmm)
       pv_rows_avx512(sc.ot.data(), rp, sc.corr.data(), st, sc.vf.data(), n, d);
-    } else {
-      for (r0 = 0; r0 + 16 <= rp; r0 += 16)
-        pv_rows<2>(sc.ot.data(), rp, r0, sc.corr.data(), st, sc.vf.data(), n, d);
-      if (r0 < rp) pv_rows<1>(sc.ot.data(), rp, r0, sc.corr.data(), st, sc.vf.data(), n, d);
-    }
+    else
+      pv_all<Ymm>(sc.ot.data(), rp, sc.corr.data(), st, sc.vf.data(), n, d);
   }
   write_prefill_rows(a, it, rows, rp, sc.ot.data(), sc.l.data());
 }
