@@ -180,6 +180,8 @@ struct Barrier {
   uint64_t gen = 0;
 };
 
+constexpr int kMaxExchangeWords = 6;  // the most u32 a lane gives in one exchange (mma: 6)
+
 struct Warp {
   Barrier bar;
   unsigned live_mask = 0;
@@ -187,7 +189,8 @@ struct Warp {
   // Published values, double-buffered by the parity of the exchange's barrier generation: a
   // lane that runs ahead into the next exchange writes the other buffer, and cannot run two
   // ahead (the next barrier waits for the slow lanes), so one barrier per exchange suffices.
-  uint64_t slot[2][32] = {};
+  // A shuffle gives one word (up to 8 bytes), an mma six u32.
+  uint64_t slot[2][32][kMaxExchangeWords];  // read only where `written` says this exchange
   uint64_t written[2][32];  // the barrier generation of lane i's value in each buffer
   Warp() { std::memset(written, 0xff, sizeof written); }
 };
@@ -267,19 +270,33 @@ class Executor {
   }
 
   uint64_t shuffle(unsigned mask, uint64_t mine, int src, const char* what) {
-    Fiber& f = current();
-    Warp& w = warps_[size_t(f.warp)];
-    check_mask(w, mask, what);
-    const uint64_t round = w.bar.gen;
-    w.slot[round & 1][f.lane] = mine;
-    w.written[round & 1][f.lane] = round;
-    arrive(w.bar, what);
-    // Lane src may have exited since it published (it was the last to arrive and ran on):
-    // what counts is that it published in this exchange.
-    if (src < 0 || src > 31 || w.written[round & 1][src] != round)
-      fault(std::string(what) + " reads lane " + std::to_string(src) +
-            ", which did not take part in the exchange (it exited, or the warp has no such lane)");
-    return w.slot[round & 1][src];
+    const auto [w, round] = publish(mask, &mine, 1, what);
+    read_check(*w, round, src, what);
+    return w->slot[round & 1][src][0];
+  }
+
+  // The mma.sync of the header: one exchange of every lane's six fragment words, then this
+  // lane's four outputs from them (32 lanes must take part: a fragment of each is needed).
+  void mma_bf16_m16n8k16(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
+    const char* what = "mma.sync.m16n8k16";
+    const uint64_t mine[6] = {a[0], a[1], a[2], a[3], b0, b1};
+    const auto [w, round] = publish(0xffffffffu, mine, 6, what);
+    for (int l = 0; l < 32; ++l) read_check(*w, round, l, what);
+    const auto& all = w->slot[round & 1];
+    const int lane = current().lane, g = lane / 4, t = lane % 4;
+    const auto lo = [](uint64_t v) { return bits_to_float(uint32_t(v) << 16); };
+    const auto hi = [](uint64_t v) { return bits_to_float(uint32_t(v) & 0xffff0000u); };
+    // Quad member kk of a row's (or column's) lanes holds its k = 2kk, 2kk+1, 2kk+8, 2kk+9.
+    for (int kk = 0; kk < 4; ++kk) {
+      const uint64_t* ra = all[g * 4 + kk];  // A[g][..], A[g+8][..]: ra[0..3]
+      for (int j = 0; j < 2; ++j) {
+        const uint64_t* rb = all[(2 * t + j) * 4 + kk];  // B[..][n] of output column n = 2t + j
+        c[j] += lo(ra[0]) * lo(rb[4]) + hi(ra[0]) * hi(rb[4]) + lo(ra[2]) * lo(rb[5]) +
+                hi(ra[2]) * hi(rb[5]);
+        c[2 + j] += lo(ra[1]) * lo(rb[4]) + hi(ra[1]) * hi(rb[4]) + lo(ra[3]) * lo(rb[5]) +
+                    hi(ra[3]) * hi(rb[5]);
+      }
+    }
   }
 
   // Called on a fiber's own stack when the kernel body returns.
@@ -392,6 +409,34 @@ class Executor {
 #if NV_EMU_ASAN
     __sanitizer_finish_switch_fiber(f.asan_fake, nullptr, nullptr);
 #endif
+  }
+
+  // This lane's n words published in its warp's current exchange, and the exchange passed (one
+  // warp barrier): the warp and the exchange's generation, whose buffer the caller reads before
+  // its next exchange.
+  std::pair<Warp*, uint64_t> publish(unsigned mask, const uint64_t* mine, int n, const char* what) {
+    Fiber& f = current();
+    Warp& w = warps_[size_t(f.warp)];
+    check_mask(w, mask, what);
+    const uint64_t round = w.bar.gen;
+    std::memcpy(w.slot[round & 1][f.lane], mine, sizeof(uint64_t) * size_t(n));
+    w.written[round & 1][f.lane] = round;
+    arrive(w.bar, what);
+    return {&w, round};
+  }
+
+  // Lane src may have exited since it published (it was the last to arrive and ran on): what
+  // counts is that it published in this exchange.
+  void read_check(const Warp& w, uint64_t round, int src, const char* what) {
+    if (src < 0 || src > 31 || w.written[round & 1][src] != round)
+      fault(std::string(what) + " reads lane " + std::to_string(src) +
+            ", which did not take part in the exchange (it exited, or the warp has no such lane)");
+  }
+
+  static float bits_to_float(uint32_t u) {
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
   }
 
   void init_stack(Fiber& f, char* lo, int i) {
@@ -510,6 +555,9 @@ uint64_t shuffle(unsigned mask, uint64_t mine, int src, const char* what) {
   return executor().shuffle(mask, mine, src, what);
 }
 int lane_id() { return executor().current().lane; }
+void mma_bf16_m16n8k16(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
+  executor().mma_bf16_m16n8k16(c, a, b0, b1);
+}
 unsigned char* dynamic_shared() { return executor().dynamic_shared(); }
 
 cudaError_t set_function_attribute(const void* fn, cudaFuncAttribute attr, int value) {

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "nanovllm_cuda_emu.h"
@@ -79,6 +80,59 @@ TEST(CudaEmu, WarpShufflesExchangeWithinTheWarp) {
   }
 }
 
+// D = C + A * B through the emulated mma.sync.m16n8k16, each lane giving and taking its
+// fragments in the PTX ISA's layout (g = lane / 4, t = lane % 4), in each of two warps with its
+// own A and C. A [2][16][16] and B [16][8] (k, n) as bf16 bits, C and D [2][16][8] f32.
+__global__ void mma_kernel(const uint16_t* a, const uint16_t* b, const float* c, float* d) {
+  const int warp = int(threadIdx.x / 32), lane = int(threadIdx.x % 32), g = lane / 4, t = lane % 4;
+  const uint16_t* A = a + warp * 256;
+  const auto pair = [](uint16_t lo, uint16_t hi) { return uint32_t(lo) | (uint32_t(hi) << 16); };
+  const auto a_at = [&](int row, int k) { return pair(A[row * 16 + k], A[row * 16 + k + 1]); };
+  const auto b_at = [&](int k) { return pair(b[k * 8 + g], b[(k + 1) * 8 + g]); };
+  const uint32_t frag[4] = {a_at(g, 2 * t), a_at(g + 8, 2 * t), a_at(g, 2 * t + 8),
+                            a_at(g + 8, 2 * t + 8)};
+  const int at[4] = {g * 8 + 2 * t, g * 8 + 2 * t + 1, (g + 8) * 8 + 2 * t,
+                     (g + 8) * 8 + 2 * t + 1};
+  float acc[4];
+  for (int i = 0; i < 4; ++i) acc[i] = c[warp * 128 + at[i]];
+  emu::mma_bf16_m16n8k16(acc, frag, b_at(2 * t), b_at(2 * t + 8));
+  for (int i = 0; i < 4; ++i) d[warp * 128 + at[i]] = acc[i];
+}
+
+TEST(CudaEmu, MmaFollowsThePtxFragmentLayout) {
+  // Quarters in [-4, 4]: exact in bf16, and every product and sum exact in f32, so D must equal
+  // the plain product whatever the order of summation; a fragment in the wrong place cannot.
+  const auto bf16 = [](float x) {
+    uint32_t u;
+    std::memcpy(&u, &x, 4);
+    return uint16_t(u >> 16);
+  };
+  std::vector<float> fa(512), fb(128), fc(256);
+  for (size_t i = 0; i < fa.size(); ++i) fa[i] = float(int(i * 7 % 33) - 16) / 4;
+  for (size_t i = 0; i < fb.size(); ++i) fb[i] = float(int(i * 5 % 29) - 14) / 4;
+  for (size_t i = 0; i < fc.size(); ++i) fc[i] = float(int(i % 13) - 6);
+  std::vector<uint16_t> ha(512), hb(128);
+  for (size_t i = 0; i < ha.size(); ++i) ha[i] = bf16(fa[i]);
+  for (size_t i = 0; i < hb.size(); ++i) hb[i] = bf16(fb[i]);
+  DevBuf<uint16_t> a(512), b(128);
+  DevBuf<float> c(256), d(256);
+  ASSERT_EQ(cudaMemcpy(a.p, ha.data(), 1024, cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(b.p, hb.data(), 256, cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(c.p, fc.data(), 1024, cudaMemcpyHostToDevice), cudaSuccess);
+  mma_kernel % Launch(1, 64)(a.p, b.p, c.p, d.p);
+  ASSERT_EQ(cudaGetLastError(), cudaSuccess);
+  const std::vector<float> got = d.get(256);
+  for (int w = 0; w < 2; ++w)
+    for (int i = 0; i < 16; ++i)
+      for (int j = 0; j < 8; ++j) {
+        float want = fc[size_t(w * 128 + i * 8 + j)];
+        for (int k = 0; k < 16; ++k)
+          want += fa[size_t(w * 256 + i * 16 + k)] * fb[size_t(k * 8 + j)];
+        ASSERT_EQ(got[size_t(w * 128 + i * 8 + j)], want)
+            << "warp " << w << " D[" << i << "][" << j << "]";
+      }
+}
+
 // Threads 0..31 only reach the barrier: the others exit (they count as arrived), as on sm_70+.
 __global__ void early_exit_kernel(int* out) {
   __shared__ int x;
@@ -109,6 +163,13 @@ __global__ void exited_lane_kernel(float* out) {
   out[threadIdx.x] = __shfl_sync(0xffffffffu, float(threadIdx.x), 3);
 }
 
+__global__ void partial_warp_mma_kernel(float* out) {
+  float c[4] = {};
+  const uint32_t a[4] = {};
+  emu::mma_bf16_m16n8k16(c, a, 0, 0);
+  out[threadIdx.x] = c[0];
+}
+
 __global__ void write_kernel(int* out) { out[threadIdx.x] = 1; }
 
 TEST(CudaEmuDeathTest, ReportsWhatAGpuWouldHangOrFaultOn) {
@@ -118,6 +179,8 @@ TEST(CudaEmuDeathTest, ReportsWhatAGpuWouldHangOrFaultOn) {
   EXPECT_DEATH(divergent_barrier_kernel % Launch(1, 64)(out.p), "deadlock in block");
   EXPECT_DEATH(partial_mask_kernel % Launch(1, 32)(f.p), "partial warp masks are not emulated");
   EXPECT_DEATH(exited_lane_kernel % Launch(1, 32)(f.p), "exited");
+  // mma.sync needs the whole warp: a 16-thread block has no lanes 16..31 to give fragments.
+  EXPECT_DEATH(partial_warp_mma_kernel % Launch(1, 16)(f.p), "mma.sync.m16n8k16 reads lane 16");
   std::vector<int> host(64);
   EXPECT_DEATH(write_kernel % Launch(1, 64)(host.data()), "not device memory");
   int big = 0;

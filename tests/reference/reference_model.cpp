@@ -378,25 +378,28 @@ void ReferenceModel::moe_block(int layer, Vec& x, const GemmInput& gemm_in) cons
 
 std::vector<int32_t> ReferenceModel::greedy(const std::vector<int32_t>& prompt, int n,
                                             std::vector<double>* gaps) const {
-  std::vector<int32_t> tokens = prompt, out;
-  for (int i = 0; i < n; ++i) {
+  std::lock_guard lock(greedy_mu_);
+  Continuation& memo = greedy_memo_[prompt];
+  std::vector<int32_t> tokens = prompt;
+  tokens.insert(tokens.end(), memo.tokens.begin(), memo.tokens.end());
+  for (int i = int(memo.tokens.size()); i < n; ++i) {
     Vec logits = last_logits(tokens);
     int32_t best = 0;
     for (size_t j = 1; j < logits.size(); ++j) {
       if (logits[j] > logits[best]) best = int32_t(j);
     }
-    if (gaps) {
-      double second = -1e300, scale = 0;
-      for (size_t j = 0; j < logits.size(); ++j) {
-        if (int32_t(j) != best) second = std::max(second, double(logits[j]));
-        scale = std::max(scale, double(std::fabs(logits[j])));
-      }
-      gaps->push_back(std::min((logits[best] - second) / scale, router_gap_));
+    double second = -1e300, scale = 0;
+    for (size_t j = 0; j < logits.size(); ++j) {
+      if (int32_t(j) != best) second = std::max(second, double(logits[j]));
+      scale = std::max(scale, double(std::fabs(logits[j])));
     }
-    out.push_back(best);
+    memo.gaps.push_back(std::min((logits[best] - second) / scale, router_gap_));
+    memo.tokens.push_back(best);
     tokens.push_back(best);
   }
-  return out;
+  const size_t k = size_t(std::max(n, 0));
+  if (gaps) gaps->insert(gaps->end(), memo.gaps.begin(), memo.gaps.begin() + ptrdiff_t(k));
+  return {memo.tokens.begin(), memo.tokens.begin() + ptrdiff_t(k)};
 }
 
 }  // namespace nanovllm::ref

@@ -3,6 +3,7 @@
 // weights; every weight read from the checkpoint and widened to float. The oracle for the engine.
 #include <functional>
 #include <map>
+#include <mutex>
 #include <set>
 #include <string>
 #include <vector>
@@ -43,7 +44,8 @@ class ReferenceModel {
   // Greedy continuation: n tokens (argmax, lowest index on ties), no eos stop. gaps (optional)
   // receives, per step, the top-1 minus top-2 logit divided by the largest |logit|; for a MoE
   // model the smaller of that and the step's router margin (below): a router that nearly picked
-  // another expert is as much a near-tie as two nearly equal logits.
+  // another expert is as much a near-tie as two nearly equal logits. Remembered per prompt (the
+  // engine tests hold several runs of the same prompts against it; each step is a full forward).
   std::vector<int32_t> greedy(const std::vector<int32_t>& prompt, int n,
                               std::vector<double>* gaps = nullptr) const;
 
@@ -68,6 +70,13 @@ class ReferenceModel {
   // The last forward's router margin: over its tokens and sparse layers, the smallest k-th minus
   // (k+1)-th router logit divided by the token's largest |router logit| (1e300: no router).
   mutable double router_gap_ = 1e300;
+  // greedy()'s longest continuation of each prompt so far, with its gaps.
+  struct Continuation {
+    std::vector<int32_t> tokens;
+    std::vector<double> gaps;
+  };
+  mutable std::map<std::vector<int32_t>, Continuation> greedy_memo_;
+  mutable std::mutex greedy_mu_;
 };
 
 }  // namespace nanovllm::ref

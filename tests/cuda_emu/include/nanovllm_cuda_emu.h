@@ -6,7 +6,8 @@
 //   - each CTA runs its threads as fibers on one OS thread; __syncthreads, __syncwarp and the
 //     warp shuffles are real barriers between them, so a barrier that some threads of a block
 //     (or lanes of a warp) never reach is reported as a deadlock, and a shuffle that reads an
-//     exited lane or uses a partial mask is an error;
+//     exited lane or uses a partial mask is an error; the tensor-core mma.sync is one such
+//     warp-wide step too (emu::mma_bf16_m16n8k16), which needs all 32 lanes;
 //   - launches are validated as the driver does (block size, grid extents, dynamic shared
 //     memory over 48 KiB without cudaFuncSetAttribute); a kernel's pointer arguments must point
 //     into cudaMalloc'd memory; cudaMalloc'd memory and dynamic shared memory start as 0xff bytes
@@ -112,6 +113,16 @@ T shuffle_value(unsigned mask, T v, int src, const char* what) {
 }
 int lane_id();
 unsigned char* dynamic_shared();
+
+// The tensor-core instruction mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32, which the
+// emulator executes as the hardware does: one warp-wide step (one warp barrier) in which every
+// lane gives its fragments of A and B and gets its part of D += A * B, in the register layout
+// of the PTX ISA ("Matrix Fragments for mma.m16n8k16"). With g = lane / 4 and t = lane % 4 a
+// lane holds a[0] = A[g][2t, 2t+1], a[1] = A[g+8][2t, 2t+1], a[2] = A[g][2t+8, 2t+9],
+// a[3] = A[g+8][2t+8, 2t+9], b0 = B[2t, 2t+1][g], b1 = B[2t+8, 2t+9][g] (each u32 two bf16,
+// the lower index in the low half) and c[0..1] = D[g][2t, 2t+1], c[2..3] = D[g+8][2t, 2t+1].
+// Products are summed in f32, k in the order (2kk, 2kk+1, 2kk+8, 2kk+9) for kk = 0..3.
+void mma_bf16_m16n8k16(float* c, const uint32_t* a, uint32_t b0, uint32_t b1);
 }  // namespace emu
 
 template <typename T>
