@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets of tests/fuzz/ with clang-14 (-fsanitize=fuzzer,address,undefined)
-# into build/fuzz/ and runs each for N seconds (default 30) on a working corpus seeded from
-# tests/fuzz/corpus/<target>/. Fails if any target finds a crash, a leak or a timeout; the input
-# is left in build/fuzz/<target>/crash-* (reproduce: build/fuzz/<target>_fuzz <file>).
+# into build/fuzz/ and runs each for N seconds (default 30; as many at once as there are cores)
+# on a working corpus seeded from tests/fuzz/corpus/<target>/. Fails if any target finds a
+# crash, a leak or a timeout; the input is left in build/fuzz/<target>/crash-* (reproduce:
+# build/fuzz/<target>_fuzz <file>).
 # Usage: scripts/fuzz.sh [--cpu] [seconds] [target...]   (targets: the *_fuzz.cpp names without _fuzz)
 #   --cpu: seconds are CPU-seconds of the fuzzing process (utime + stime), not wall time, so a run
 #          beside other work (or under nice) still fuzzes for the stated CPU time; the fuzzer is
@@ -55,22 +56,22 @@ if ! ninja -C "$out" -j "$(nproc)" $(for t in "${targets[@]}"; do echo "${t}_fuz
 fi
 
 export NANOVLLM_SOURCE_DIR=$PWD  # targets that load files of the repository (http_request: Qwen3's tokenizer)
-status=0
-for t in "${targets[@]}"; do
-  work="$out/$t"
+# One target: fuzzes it and prints its summary; returns 1 on a finding.
+fuzz_one() {
+  local t=$1 work="$out/$1"
   mkdir -p "$work/corpus"
   [ -d "tests/fuzz/corpus/$t" ] && cp -n "tests/fuzz/corpus/$t"/* "$work/corpus/" 2>/dev/null || true
-  log="$work/fuzz.log"
+  local log="$work/fuzz.log"
   # --cpu runs beside other work (or under nice), where one input's wall time can be many times
   # its CPU time: a 60 s per-input limit there, so that a starved input is not reported as a hang.
-  wall=$seconds; per_input=10
+  local wall=$seconds per_input=10
   if [ $cpu_mode = 1 ]; then wall=$((seconds * 100)); per_input=60; fi
   echo "fuzz $t: ${seconds}s$([ $cpu_mode = 1 ] && echo " of CPU time")"
   (cd "$work" && exec "../${t}_fuzz" -max_total_time="$wall" -max_len=8192 -timeout=$per_input \
           -rss_limit_mb=2048 -print_final_stats=1 corpus > fuzz.log 2>&1) &
-  pid=$!
-  interrupted=0
+  local pid=$! interrupted=0
   if [ $cpu_mode = 1 ]; then
+    local tick used
     tick=$(getconf CLK_TCK)
     while kill -0 "$pid" 2>/dev/null; do
       # fields 14 and 15 of /proc/PID/stat: utime and stime in clock ticks (comm has no spaces here)
@@ -79,15 +80,34 @@ for t in "${targets[@]}"; do
       sleep 5
     done
   fi
-  rc=0; wait "$pid" || rc=$?
+  local rc=0; wait "$pid" || rc=$?
   # libFuzzer exits 72 when interrupted: that is how a --cpu run ends, not a finding
   if [ $rc != 0 ] && ! { [ $interrupted = 1 ] && [ $rc = 72 ]; }; then
-    echo "fuzz $t: FAILED (see $log; inputs: $work/crash-*, leak-*, timeout-*)" >&2
-    tail -n 40 "$log" >&2
-    status=1
-  else
-    grep -E "stat::number_of_executed_units|stat::peak_rss_mb" "$log" | sed "s/^/  /"
-    grep -E "^Done [0-9]+ runs|run interrupted" "$log" | tail -n 1 | sed "s/^/  /"
+    echo "fuzz $t: FAILED (see $log; inputs: $work/crash-*, leak-*, timeout-*)"
+    tail -n 40 "$log"
+    return 1
+  fi
+  grep -E "stat::number_of_executed_units|stat::peak_rss_mb" "$log" | sed "s/^/  /"
+  grep -E "^Done [0-9]+ runs|run interrupted" "$log" | tail -n 1 | sed "s/^/  /"
+}
+
+# As many targets at once as there are cores (each single-threaded, each for its full time);
+# summaries printed in order as they end.
+status=0
+jobs=$(nproc)
+pids=()
+for i in "${!targets[@]}"; do
+  t=${targets[$i]}
+  mkdir -p "$out/$t"
+  fuzz_one "$t" > "$out/$t/summary" 2>&1 &
+  pids+=($!)
+  if [ ${#pids[@]} -ge "$jobs" ] || [ "$i" -eq $((${#targets[@]} - 1)) ]; then
+    for j in "${!pids[@]}"; do
+      k=$((i - ${#pids[@]} + 1 + j))
+      if ! wait "${pids[$j]}"; then status=1; fi
+      cat "$out/${targets[$k]}/summary"
+    done
+    pids=()
   fi
 done
 exit $status
