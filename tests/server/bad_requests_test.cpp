@@ -23,7 +23,10 @@ TEST(ServerBadRequests, EachGetsTheRight4xxAndTheServerStaysHealthy) {
   const std::vector<std::pair<std::string, std::string>> auth = {{"Authorization", "Bearer sekret"},
                                                                  {"Content-Type", "application/json"}};
   std::string long_prompt = "[";
-  for (int i = 0; i < 300; ++i) long_prompt += (i ? "," : "") + std::to_string(100 + i);
+  for (int i = 0; i < 300; ++i) {
+    if (i) long_prompt += ",";
+    long_prompt += std::to_string(100 + i);
+  }
   long_prompt += "]";
   const std::string C = "/v1/completions", H = "/v1/chat/completions";
   std::vector<Case> cases = {

@@ -3,6 +3,7 @@
 // the server's own counters; the percentile math; a clear error without a server.
 #include <gtest/gtest.h>
 
+#include <boost/asio.hpp>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>

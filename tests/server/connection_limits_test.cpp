@@ -3,6 +3,7 @@
 // bodies in flight 503; a client that trickles its header or body, or idles, is disconnected
 // after --header-timeout / --body-timeout / --keep-alive-timeout; `Expect: 100-continue` gets
 // its interim response.
+#include <boost/asio.hpp>
 #include <chrono>
 #include <thread>
 

@@ -1,6 +1,8 @@
 #pragma once
 // Server tests: the tiny model with Qwen3's tokenizer, a `nanovllm serve` child process on
-// 127.0.0.1 with a free port (--port 0), and a small blocking HTTP client (Boost.Beast).
+// 127.0.0.1 with a free port (--port 0), and a small blocking HTTP client (Boost.Beast, in
+// server_fixture.cpp).
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -13,10 +15,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <boost/asio.hpp>
-#include <boost/beast.hpp>
-#include <gtest/gtest.h>
 
 #include "model/make_model.h"
 #include "model/model_fixture.h"
@@ -32,64 +30,17 @@ struct HttpResult {
   std::map<std::string, std::string> headers;
 };
 
-// One request on a new connection; headers as {"Name", "value"}.
-inline HttpResult http_call(int port, const std::string& method, const std::string& target,
-                            const std::string& body = "",
-                            const std::vector<std::pair<std::string, std::string>>& headers = {{"Content-Type", "application/json"}},
-                            int timeout_s = 60) {
-  namespace beast = boost::beast;
-  namespace http = beast::http;
-  namespace net = boost::asio;
-  HttpResult r;
-  try {
-    net::io_context ioc;
-    beast::tcp_stream stream(ioc);
-    stream.expires_after(std::chrono::seconds(timeout_s));
-    stream.connect(net::ip::tcp::endpoint(net::ip::make_address("127.0.0.1"), uint16_t(port)));
-    http::request<http::string_body> req(http::string_to_verb(method), target, 11);
-    req.set(http::field::host, "127.0.0.1");
-    for (const auto& [k, v] : headers) req.set(k, v);
-    req.body() = body;
-    req.prepare_payload();
-    http::write(stream, req);
-    beast::flat_buffer buf;
-    http::response_parser<http::string_body> parser;
-    parser.body_limit(64 << 20);
-    http::read(stream, buf, parser);
-    auto res = parser.release();
-    r.status = res.result_int();
-    r.body = res.body();
-    for (const auto& f : res) r.headers[std::string(f.name_string())] = std::string(f.value());
-  } catch (const std::exception& e) {
-    r.status = 0;
-    r.body = e.what();
-  }
-  return r;
-}
+// One request on a new connection; headers as {"Name", "value"} (server_fixture.cpp: the
+// Beast client is compiled once, not in every test file).
+HttpResult http_call(
+    int port, const std::string& method, const std::string& target, const std::string& body = "",
+    const std::vector<std::pair<std::string, std::string>>& headers = {{"Content-Type",
+                                                                        "application/json"}},
+    int timeout_s = 60);
 
 // Raw bytes on a new connection (half-closed after sending when half_close); the whole reply.
-inline std::string raw_call(int port, const std::string& bytes, bool half_close = true, int timeout_s = 20) {
-  namespace net = boost::asio;
-  std::string out;
-  try {
-    net::io_context ioc;
-    boost::beast::tcp_stream stream(ioc);
-    stream.expires_after(std::chrono::seconds(timeout_s));
-    stream.connect(net::ip::tcp::endpoint(net::ip::make_address("127.0.0.1"), uint16_t(port)));
-    boost::system::error_code ec;
-    net::write(stream.socket(), net::buffer(bytes), ec);  // the server may answer before reading all
-    if (half_close) stream.socket().shutdown(net::ip::tcp::socket::shutdown_send, ec);
-    char buf[4096];
-    for (int i = 0; i < 100000; ++i) {
-      size_t n = stream.read_some(net::buffer(buf), ec);
-      out.append(buf, n);
-      if (ec) break;
-    }
-  } catch (const std::exception& e) {
-    out += std::string("<error: ") + e.what() + ">";
-  }
-  return out;
-}
+std::string raw_call(int port, const std::string& bytes, bool half_close = true,
+                     int timeout_s = 20);
 
 // `nanovllm serve` as a child process.
 class ServerProcess {

@@ -1,6 +1,7 @@
 // The server's plumbing: /metrics (vLLM's names), /tokenize and /detokenize, the chat page, a
 // non-streaming client that disconnects is aborted, SIGTERM lets running requests finish (or
 // aborts them after the grace period) and exits 0, a model that fails to load exits 1.
+#include <boost/asio.hpp>
 #include <nlohmann/json.hpp>
 
 #include "server/server_fixture.h"
@@ -52,7 +53,10 @@ TEST(ServerLifecycle, MetricsTokenizeChatPageAndDisconnect) {
   const int port = server.port();
   // The same 40-token prompt twice: the second finds 2 full blocks in the prefix cache.
   std::string prompt = "[";
-  for (int i = 0; i < 40; ++i) prompt += (i ? "," : "") + std::to_string(300 + i);
+  for (int i = 0; i < 40; ++i) {
+    if (i) prompt += ",";
+    prompt += std::to_string(300 + i);
+  }
   prompt += "]";
   for (int k = 0; k < 2; ++k) {
     auto r = test::http_call(port, "POST", "/v1/completions", R"({"prompt": )" + prompt + R"(, "max_tokens": 4, "ignore_eos": true})");

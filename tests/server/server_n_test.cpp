@@ -2,6 +2,8 @@
 // blocks (read from /metrics), choices 0..n-1 whole or streamed with their index, usage counting
 // the prompt once and every choice's tokens, and stop strings applied to each choice alone.
 #include <fmt/format.h>
+
+#include <boost/asio.hpp>
 #include <nlohmann/json.hpp>
 
 #include "server/server_fixture.h"
