@@ -284,8 +284,8 @@ class Executor {
     for (int l = 0; l < 32; ++l) read_check(*w, round, l, what);
     const auto& all = w->slot[round & 1];
     const int lane = current().lane, g = lane / 4, t = lane % 4;
-    const auto lo = [](uint64_t v) { return bits_to_float(uint32_t(v) << 16); };
-    const auto hi = [](uint64_t v) { return bits_to_float(uint32_t(v) & 0xffff0000u); };
+    const auto lo = [](uint64_t v) { return __uint_as_float(uint32_t(v) << 16); };
+    const auto hi = [](uint64_t v) { return __uint_as_float(uint32_t(v) & 0xffff0000u); };
     // Quad member kk of a row's (or column's) lanes holds its k = 2kk, 2kk+1, 2kk+8, 2kk+9.
     for (int kk = 0; kk < 4; ++kk) {
       const uint64_t* ra = all[g * 4 + kk];  // A[g][..], A[g+8][..]: ra[0..3]
@@ -431,12 +431,6 @@ class Executor {
     if (src < 0 || src > 31 || w.written[round & 1][src] != round)
       fault(std::string(what) + " reads lane " + std::to_string(src) +
             ", which did not take part in the exchange (it exited, or the warp has no such lane)");
-  }
-
-  static float bits_to_float(uint32_t u) {
-    float f;
-    std::memcpy(&f, &u, 4);
-    return f;
   }
 
   void init_stack(Fiber& f, char* lo, int i) {

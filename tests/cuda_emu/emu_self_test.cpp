@@ -5,10 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
-#include <cstring>
 #include <vector>
 
 #include "nanovllm_cuda_emu.h"
+#include "runtime/tensor.h"
 
 namespace nanovllm::cuda_emu {
 namespace {
@@ -102,18 +102,13 @@ __global__ void mma_kernel(const uint16_t* a, const uint16_t* b, const float* c,
 TEST(CudaEmu, MmaFollowsThePtxFragmentLayout) {
   // Quarters in [-4, 4]: exact in bf16, and every product and sum exact in f32, so D must equal
   // the plain product whatever the order of summation; a fragment in the wrong place cannot.
-  const auto bf16 = [](float x) {
-    uint32_t u;
-    std::memcpy(&u, &x, 4);
-    return uint16_t(u >> 16);
-  };
   std::vector<float> fa(512), fb(128), fc(256);
   for (size_t i = 0; i < fa.size(); ++i) fa[i] = float(int(i * 7 % 33) - 16) / 4;
   for (size_t i = 0; i < fb.size(); ++i) fb[i] = float(int(i * 5 % 29) - 14) / 4;
   for (size_t i = 0; i < fc.size(); ++i) fc[i] = float(int(i % 13) - 6);
   std::vector<uint16_t> ha(512), hb(128);
-  for (size_t i = 0; i < ha.size(); ++i) ha[i] = bf16(fa[i]);
-  for (size_t i = 0; i < hb.size(); ++i) hb[i] = bf16(fb[i]);
+  for (size_t i = 0; i < ha.size(); ++i) ha[i] = f32_to_bf16(fa[i]);
+  for (size_t i = 0; i < hb.size(); ++i) hb[i] = f32_to_bf16(fb[i]);
   DevBuf<uint16_t> a(512), b(128);
   DevBuf<float> c(256), d(256);
   ASSERT_EQ(cudaMemcpy(a.p, ha.data(), 1024, cudaMemcpyHostToDevice), cudaSuccess);
