@@ -4,6 +4,7 @@
 // attention FLOPs shown apart so that a long prompt's cost is held against its work); --sweep:
 // workloads of 1, 4, 16, 32, 64 sequences of 128 + 128 tokens as a table. Every fraction is of
 // the ceilings measured in the same run.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <vector>
@@ -33,6 +34,10 @@ double now_seconds() {
 
 struct Roofline {
   double decode_seconds_per_token = 0;
+  // Each one-token step of that decode, sorted: on a VM whose memory bandwidth moves between
+  // phases, its fastest step is the figure to set beside the best-of probe, its median the
+  // typical one (the mean above, the token rate, is what a user sees).
+  std::vector<double> decode_step_seconds;
   std::vector<double> prefill_seconds;  // one per prefill length
 };
 
@@ -55,10 +60,13 @@ Roofline measure_roofline(LLMEngine& engine, uint64_t seed, const std::vector<in
   int decode_steps = 0;
   double t0 = now_seconds();
   while (!engine.is_finished()) {
+    const double ts = now_seconds();
     StepResult s = engine.step();
+    if (s.num_decode_tokens == 1) r.decode_step_seconds.push_back(now_seconds() - ts);
     decode_steps += s.num_decode_tokens;
   }
   r.decode_seconds_per_token = (now_seconds() - t0) / std::max(1, decode_steps);
+  std::sort(r.decode_step_seconds.begin(), r.decode_step_seconds.end());
 
   sp.max_tokens = 1;
   for (int n : prefill_lens) {
@@ -264,6 +272,19 @@ void add_bench(CLI::App& app, Commands& commands) {
                    "decode, 1 seq: %.2f ms/token -> %.3f GB / %.4f s = %.1f GB/s of %.1f GB/s measured (%.0f%%)\n",
                    r.decode_seconds_per_token * 1e3, weight_gb, r.decode_seconds_per_token, decode_gbs,
                    bw, bw > 0 ? 100 * decode_gbs / bw : 0.0);
+      if (const std::vector<double>& st = r.decode_step_seconds; !st.empty()) {
+        const double fastest = st.front(), median = st[st.size() / 2], slowest = st.back();
+        auto pct = [&](double sec) { return bw > 0 ? 100 * weight_gb / sec / bw : 0.0; };
+        std::fprintf(stderr,
+                     "  its %zu steps: fastest %.2f ms (%.0f%% of the bandwidth), median %.2f ms "
+                     "(%.0f%%), slowest %.2f ms (%.0f%%)\n",
+                     st.size(), fastest * 1e3, pct(fastest), median * 1e3, pct(median),
+                     slowest * 1e3, pct(slowest));
+        j["decode_1seq_step_ms"] = {{"steps", st.size()},
+                                    {"fastest", fastest * 1e3},
+                                    {"median", median * 1e3},
+                                    {"slowest", slowest * 1e3}};
+      }
       // Each prompt: the matmuls of its tokens, the lm_head of its last, and its causal attention
       // (query t attends to t + 1 keys), which grows with the square of the length.
       nlohmann::json lens = nlohmann::json::array();

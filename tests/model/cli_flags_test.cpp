@@ -123,6 +123,15 @@ TEST(CliFlags, BenchPrefillLengthsShowAttentionFlops) {
   EXPECT_LE(j["serial_bound_total_tok_per_s"].get<double>(),
             j["bound_total_tok_per_s"].get<double>() * (1 + 1e-12));
   EXPECT_NE(r.err.find("serial bound:"), std::string::npos) << r.err;
+  // The one-sequence decode's steps, each timed: 63 one-token steps after the prompt's (64
+  // tokens), fastest <= median <= slowest, the fastest no slower than the mean token.
+  const nlohmann::json& st = j.at("decode_1seq_step_ms");
+  EXPECT_EQ(st["steps"], 63) << r.out;
+  EXPECT_GT(st["fastest"].get<double>(), 0);
+  EXPECT_LE(st["fastest"].get<double>(), st["median"].get<double>());
+  EXPECT_LE(st["median"].get<double>(), st["slowest"].get<double>());
+  EXPECT_LE(st["fastest"].get<double>(), j["decode_1seq_ms_per_token"].get<double>());
+  EXPECT_NE(r.err.find("its 63 steps: fastest"), std::string::npos) << r.err;
 
   CliResult too_long = nanovllm("bench --model " + model + " --prefill-lens 2048" + engine_flags());
   EXPECT_NE(too_long.status, 0);
