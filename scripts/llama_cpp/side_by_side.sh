@@ -97,7 +97,11 @@ j = json.loads(sys.stdin.read())
 print("nanovllm\tdecode_1seq\t%f" % (1e3 / j["decode_1seq_ms_per_token"]))
 print("nanovllm\tprefill_%d\t%f" % (j["prefill_tokens"], j["prefill_tokens"] / j["prefill_seconds"]))
 print("nanovllm\tbatch_16\t%f" % j["total_tok_per_s"])
-print("nanovllm\tbw_bench\t%f" % j["mem_bandwidth_gbs"])' >> "$results" \
+print("nanovllm\tbw_bench\t%f" % j["mem_bandwidth_gbs"])
+print("nanovllm\tdecode_of_probe\t%f" % (100 * j["decode_bandwidth_fraction"]))
+if "weights_read_gbs" in j:
+    print("nanovllm\tbw_in_place\t%f" % j["weights_read_gbs"]["best"])
+    print("nanovllm\tdecode_of_in_place\t%f" % (100 * j["decode_weights_read_fraction"]))' >> "$results" \
     || die "no JSON line at the end of $log"
 
   echo "run $r/$runs: llama-bench pp512, tg128"
@@ -185,6 +189,14 @@ for engine in ("nanovllm", "llama.cpp"):
 if len(per) == 2:
     print("\n1-seq decode per probed GB/s (each run's tok/s over its probe), medians: nanovllm %.3f, "
           "llama.cpp %.3f: %.2fx" % (per["nanovllm"], per["llama.cpp"], per["nanovllm"] / per["llama.cpp"]))
+# The same decode against the read of the weights' own pages just before it (nanovllm bench's
+# "in place" figure: memory need not be uniform, src/backend/cpu/roofline.h).
+if vals.get(("nanovllm", "bw_in_place")):
+    print("\nnanovllm 1-seq decode, its weight bytes a token at %s %% of its bench's probe and %s %% "
+          "of the weights read in place (%s GB/s), min / median / max"
+          % (cell(vals.get(("nanovllm", "decode_of_probe"), [])),
+             cell(vals.get(("nanovllm", "decode_of_in_place"), [])),
+             cell(vals.get(("nanovllm", "bw_in_place"), []))))
 print("\nload average (1 min) before the first run: %s, after the last: %s" % (sys.argv[3], sys.argv[4]))
 if bad:
     sys.exit("side_by_side: some figures are missing (see the logs)")

@@ -88,6 +88,8 @@ class ModelRunner {
   // Seconds the last run() spent building its inputs on the host and copying them to the device
   // (the rest of run() launches or runs the forward, samples and waits for the sampled ids).
   double last_prepare_seconds() const { return prepare_seconds_; }
+  // This rank's weights (its shard under tensor parallelism).
+  const ModelWeights& weights() const { return model_->weights(); }
   int num_kv_blocks() const { return num_blocks_; }
   DType kv_cache_dtype() const { return kv_format_.dtype; }  // BF16 or F8E4M3
   size_t kv_block_bytes() const;  // bytes of one block over all layers, k and v

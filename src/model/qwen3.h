@@ -39,6 +39,7 @@ class Qwen3Model {
   Tensor row_logits(const int32_t* rows, int n);
 
   const ModelConfig& config() const { return config_; }
+  const ModelWeights& weights() const { return weights_; }
 
  private:
   void attention(int layer, const ForwardBatch& batch, const LayerKVCache& cache, Tensor hidden);

@@ -132,6 +132,20 @@ TEST(CliFlags, BenchPrefillLengthsShowAttentionFlops) {
   EXPECT_LE(st["median"].get<double>(), st["slowest"].get<double>());
   EXPECT_LE(st["fastest"].get<double>(), j["decode_1seq_ms_per_token"].get<double>());
   EXPECT_NE(r.err.find("its 63 steps: fastest"), std::string::npos) << r.err;
+  // The read over the weights where they lie: a dense model's ranges are the bytes a decode step
+  // reads (its linears and lm_head, packed as stored), best >= median >= worst of >= 3 passes.
+  const nlohmann::json& in_place = j.at("weights_read_gbs");
+  EXPECT_GE(in_place["runs"].get<int>(), 3) << r.out;
+  EXPECT_GT(in_place["worst"].get<double>(), 0);
+  EXPECT_LE(in_place["worst"].get<double>(), in_place["median"].get<double>());
+  EXPECT_LE(in_place["median"].get<double>(), in_place["best"].get<double>());
+  EXPECT_NEAR(j["weights_read_gb"].get<double>(), j["weight_gb_per_decode_step"].get<double>(),
+              0.01 * j["weight_gb_per_decode_step"].get<double>())
+      << r.out;
+  EXPECT_NEAR(j["decode_weights_read_fraction"].get<double>(),
+              j["decode_1seq_weight_gbs"].get<double>() / in_place["best"].get<double>(), 1e-9)
+      << r.out;
+  EXPECT_NE(r.err.find("read bandwidth of the weights in place: "), std::string::npos) << r.err;
 
   CliResult too_long = nanovllm("bench --model " + model + " --prefill-lens 2048" + engine_flags());
   EXPECT_NE(too_long.status, 0);

@@ -14,6 +14,7 @@
 
 #include "backend/cpu/gemm_internal.h"
 #include "backend/cpu/host_memory.h"
+#include "util/check.h"
 
 namespace nanovllm::cpu {
 
@@ -154,7 +155,55 @@ Ceiling measure_read_bandwidth(ThreadPool& pool) {
     if (*std::max_element(runs[i].begin(), runs[i].end()) >
         *std::max_element(runs[best].begin(), runs[best].end()))
       best = i;
-  return summarize(runs[best], patterns[best].how);
+  Ceiling c = summarize(runs[best], patterns[best].how);
+  c.streams = 1 << best;
+  return c;
+}
+
+Ceiling measure_read_bandwidth_of(ThreadPool& pool, const std::vector<ByteRange>& ranges,
+                                  int streams) {
+  uint64_t (*sum)(const uint8_t*, size_t) = streams >= 8   ? read_sum<8>
+                                            : streams >= 4 ? read_sum<4>
+                                            : streams >= 2 ? read_sum<2>
+                                                           : read_sum<1>;
+  // Pieces of at most 2 MiB, each a multiple of 512 bytes: read_sum reads all of such a piece
+  // with any stream count (its streams' parts are multiples of its 64-256-byte steps).
+  constexpr size_t kChunk = size_t(2) << 20, kUnit = 512;
+  struct Piece {
+    const uint8_t* p;
+    size_t bytes;
+  };
+  std::vector<Piece> pieces;
+  size_t total = 0;
+  for (const ByteRange& r : ranges) {
+    const auto* p = static_cast<const uint8_t*>(r.data);
+    const size_t usable = r.bytes / kUnit * kUnit;
+    for (size_t off = 0; off < usable; off += kChunk) {
+      pieces.push_back({p + off, std::min(kChunk, usable - off)});
+      total += pieces.back().bytes;
+    }
+  }
+  NV_CHECK(total > 0, "measure_read_bandwidth_of: nothing to read ({} ranges)", ranges.size());
+  std::atomic<uint64_t> sink{0};
+  std::vector<double> runs;
+  const auto start = Clock::now();
+  while (runs.size() < 3 || (runs.size() < 7 && seconds_since(start) < 2.0)) {
+    std::atomic<size_t> next{0};
+    const auto t0 = Clock::now();
+    pool.run_on_all([&](int) {
+      uint64_t s = 0;
+      for (size_t c; (c = next.fetch_add(1, std::memory_order_relaxed)) < pieces.size();)
+        s += sum(pieces[c].p, pieces[c].bytes);
+      sink.fetch_add(s, std::memory_order_relaxed);
+    });
+    runs.push_back(double(total) / seconds_since(t0) / 1e9);
+  }
+  char how[96];
+  std::snprintf(how, sizeof how, "%.4g GB in place, %d stream%s a thread", double(total) / 1e9,
+                streams, streams == 1 ? "" : "s");
+  Ceiling c = summarize(std::move(runs), how);
+  c.streams = streams;
+  return c;
 }
 
 namespace {

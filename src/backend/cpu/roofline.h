@@ -6,6 +6,7 @@
 // by another process shows as a spread rather than as a lower ceiling. Benchmarks print their
 // results as a fraction of the ceiling of the instructions their kernels run.
 #include <string>
+#include <vector>
 
 #include "backend/cpu/gemm.h"
 #include "backend/cpu/qgemm.h"
@@ -19,6 +20,13 @@ struct Ceiling {
   double best = 0, median = 0, worst = 0;
   int runs = 0;
   std::string how;  // what was measured, e.g. "4 streams a thread"
+  int streams = 0;  // read bandwidth: the sequential streams a thread of the best pattern
+};
+
+// Bytes a benchmark reads where they lie, e.g. one weight's packed storage.
+struct ByteRange {
+  const void* data = nullptr;  // 32-byte aligned
+  size_t bytes = 0;
 };
 
 // GB/s (1e9 bytes) of reading a 256 MiB buffer (>> LLC) on every thread of the pool, with 1, 2,
@@ -26,6 +34,17 @@ struct Ceiling {
 // deliver more with several streams, as a GEMM reading several weight blocks has): the best
 // pattern's runs.
 Ceiling measure_read_bandwidth(ThreadPool& pool);
+
+// GB/s of reading `ranges` once on every thread of the pool with `streams` (1, 2, 4 or 8)
+// sequential streams a thread, threads claiming 2 MiB pieces as above: the best of 3 to 7
+// passes (more while a pass is short). The ceiling of a decode step that reads these bytes
+// where they lie. Memory need not be uniform: on a 2-core EPYC VM of this project some 256 MiB
+// regions of one buffer read at 14 GB/s and others at 20, the same regions on every pass (most
+// likely the host's backing of the VM's memory), so a 14 GB model's weights streamed slower than
+// the probe's fresh 256 MiB buffer. Each range's last bytes past a multiple of 512 are not read
+// (nor counted). Error when no range holds 512 bytes.
+Ceiling measure_read_bandwidth_of(ThreadPool& pool, const std::vector<ByteRange>& ranges,
+                                  int streams);
 
 // GFLOP/s of a register-only multiply-add loop on every thread of the pool (2 FLOPs per
 // multiply-add): vfmadd231ps on ymm (16 FLOPs an instruction) for GemmIsa::AVX2, on zmm (32)
