@@ -162,9 +162,11 @@ void add_bench(CLI::App& app, Commands& commands) {
     }
     Ceilings ceilings;
     cpu::Ceiling bw_ceiling, peak_ceiling;
+    // The probes' pools: as many threads as the engine's.
+    const int probe_threads = a->config.num_threads > 0 ? a->config.num_threads
+                                                        : int(std::thread::hardware_concurrency());
     if (engine.backend().device() == DeviceKind::CPU) {
-      cpu::ThreadPool pool(a->config.num_threads > 0 ? a->config.num_threads
-                                                     : int(std::thread::hardware_concurrency()));
+      cpu::ThreadPool pool(probe_threads);
       // The peak of the instructions the engine's GEMM runs (its backend's ISA): for quantized
       // decoder linears the integer dot product of their format (G ops/s, 2 a multiply-add).
       const auto* cpu_backend = dynamic_cast<const cpu::CpuBackend*>(&engine.backend());
@@ -285,8 +287,7 @@ void add_bench(CLI::App& app, Commands& commands) {
       // where the machine's memory is not uniform, the ceiling of those bytes (roofline.h).
       cpu::Ceiling in_place;
       if (bw_ceiling.runs > 0) {
-        cpu::ThreadPool pool(a->config.num_threads > 0 ? a->config.num_threads
-                                                       : int(std::thread::hardware_concurrency()));
+        cpu::ThreadPool pool(probe_threads);
         const std::vector<cpu::ByteRange> ranges =
             decode_weight_ranges(engine.model_runner().weights());
         in_place = cpu::measure_read_bandwidth_of(pool, ranges, bw_ceiling.streams);

@@ -107,6 +107,30 @@ Ceiling summarize(std::vector<double> runs, std::string how) {
   return c;
 }
 
+using ReadSum = uint64_t (*)(const uint8_t*, size_t);
+
+// Pieces of at most kReadChunk bytes that a pass reads.
+constexpr size_t kReadChunk = size_t(2) << 20;
+struct Piece {
+  const uint8_t* p;
+  size_t bytes;
+};
+
+// One pass over `pieces` (`total` bytes) on every thread of the pool: GB/s. Threads claim pieces
+// from a counter (as the GEMM does), so one thread that starts late does not stretch the pass.
+double read_pass(ThreadPool& pool, const std::vector<Piece>& pieces, size_t total, ReadSum sum,
+                 std::atomic<uint64_t>& sink) {
+  std::atomic<size_t> next{0};
+  const auto t0 = Clock::now();
+  pool.run_on_all([&](int) {
+    uint64_t s = 0;
+    for (size_t c; (c = next.fetch_add(1, std::memory_order_relaxed)) < pieces.size();)
+      s += sum(pieces[c].p, pieces[c].bytes);
+    sink.fetch_add(s, std::memory_order_relaxed);
+  });
+  return double(total) / seconds_since(t0) / 1e9;
+}
+
 }  // namespace
 
 Ceiling measure_read_bandwidth(ThreadPool& pool) {
@@ -122,24 +146,14 @@ Ceiling measure_read_bandwidth(ThreadPool& pool) {
   const size_t per = (kBytes / size_t(threads)) & ~size_t(255);
   // First touch on every thread (pages fault in here, not timed).
   pool.run_on_all([&](int t) { std::memset(base + per * size_t(t), t + 1, per); });
-  // Threads claim 2 MiB chunks from a counter (as the GEMM does), so one thread that starts
-  // late does not stretch the pass.
-  constexpr size_t kChunk = size_t(2) << 20;
-  const size_t num_chunks = (per * size_t(threads)) / kChunk;
+  std::vector<Piece> pieces;
+  for (size_t c = 0; c < (per * size_t(threads)) / kReadChunk; ++c)
+    pieces.push_back({base + c * kReadChunk, kReadChunk});
+  const size_t total = pieces.size() * kReadChunk;
   std::atomic<uint64_t> sink{0};
-  auto pass = [&](uint64_t (*sum)(const uint8_t*, size_t)) {
-    std::atomic<size_t> next{0};
-    auto t0 = Clock::now();
-    pool.run_on_all([&](int) {
-      uint64_t s = 0;
-      for (size_t c; (c = next.fetch_add(1, std::memory_order_relaxed)) < num_chunks;)
-        s += sum(base + c * kChunk, kChunk);
-      sink.fetch_add(s, std::memory_order_relaxed);
-    });
-    return double(num_chunks * kChunk) / seconds_since(t0) / 1e9;  // ~5-10 ms a pass
-  };
+  auto pass = [&](ReadSum sum) { return read_pass(pool, pieces, total, sum, sink); };  // ~5-10 ms
   struct Pattern {
-    uint64_t (*sum)(const uint8_t*, size_t);
+    ReadSum sum;
     const char* how;
   };
   const Pattern patterns[] = {{read_sum<1>, "1 stream a thread"},
@@ -162,24 +176,20 @@ Ceiling measure_read_bandwidth(ThreadPool& pool) {
 
 Ceiling measure_read_bandwidth_of(ThreadPool& pool, const std::vector<ByteRange>& ranges,
                                   int streams) {
-  uint64_t (*sum)(const uint8_t*, size_t) = streams >= 8   ? read_sum<8>
-                                            : streams >= 4 ? read_sum<4>
-                                            : streams >= 2 ? read_sum<2>
-                                                           : read_sum<1>;
+  const ReadSum sum = streams >= 8   ? read_sum<8>
+                      : streams >= 4 ? read_sum<4>
+                      : streams >= 2 ? read_sum<2>
+                                     : read_sum<1>;
   // Pieces of at most 2 MiB, each a multiple of 512 bytes: read_sum reads all of such a piece
   // with any stream count (its streams' parts are multiples of its 64-256-byte steps).
-  constexpr size_t kChunk = size_t(2) << 20, kUnit = 512;
-  struct Piece {
-    const uint8_t* p;
-    size_t bytes;
-  };
+  constexpr size_t kUnit = 512;
   std::vector<Piece> pieces;
   size_t total = 0;
   for (const ByteRange& r : ranges) {
     const auto* p = static_cast<const uint8_t*>(r.data);
     const size_t usable = r.bytes / kUnit * kUnit;
-    for (size_t off = 0; off < usable; off += kChunk) {
-      pieces.push_back({p + off, std::min(kChunk, usable - off)});
+    for (size_t off = 0; off < usable; off += kReadChunk) {
+      pieces.push_back({p + off, std::min(kReadChunk, usable - off)});
       total += pieces.back().bytes;
     }
   }
@@ -187,17 +197,8 @@ Ceiling measure_read_bandwidth_of(ThreadPool& pool, const std::vector<ByteRange>
   std::atomic<uint64_t> sink{0};
   std::vector<double> runs;
   const auto start = Clock::now();
-  while (runs.size() < 3 || (runs.size() < 7 && seconds_since(start) < 2.0)) {
-    std::atomic<size_t> next{0};
-    const auto t0 = Clock::now();
-    pool.run_on_all([&](int) {
-      uint64_t s = 0;
-      for (size_t c; (c = next.fetch_add(1, std::memory_order_relaxed)) < pieces.size();)
-        s += sum(pieces[c].p, pieces[c].bytes);
-      sink.fetch_add(s, std::memory_order_relaxed);
-    });
-    runs.push_back(double(total) / seconds_since(t0) / 1e9);
-  }
+  while (runs.size() < 3 || (runs.size() < 7 && seconds_since(start) < 2.0))
+    runs.push_back(read_pass(pool, pieces, total, sum, sink));
   char how[96];
   std::snprintf(how, sizeof how, "%.4g GB in place, %d stream%s a thread", double(total) / 1e9,
                 streams, streams == 1 ? "" : "s");
