@@ -1,8 +1,9 @@
 // The machine's read bandwidth now, as `nanovllm bench` measures it (best of 7 interleaved passes
-// of 1, 2, 4 and 8 streams a thread over 256 MiB), in a second or two and with no model. On a VM
-// whose bandwidth moves between phases (this project's 2-core KVM guests: 35 against 60-68 GB/s,
-// minutes apart), scripts/llama_cpp/side_by_side.sh probes before each llama.cpp run, so that
-// each engine's memory-bound figures can be read against the bandwidth it ran under.
+// of 1, 2, 4 and 8 streams a thread over 256 MiB, and 1, 2, 4 behind prefetchnta), in a second or
+// two and with no model. On a VM whose bandwidth moves between phases (this project's 2-core KVM
+// guests: 35 against 60-68 GB/s, minutes apart), scripts/llama_cpp/side_by_side.sh probes before
+// each llama.cpp run, so that each engine's memory-bound figures can be read against the bandwidth
+// it ran under.
 //
 //   bench_probe [--threads N]   (one JSON line on stdout: read_gbs, median_gbs, worst_gbs, how)
 //
@@ -42,7 +43,7 @@ int probe_regions(nanovllm::cpu::ThreadPool& pool, double gib) {
     for (size_t r = size_t(t); r < regions; r += size_t(threads))
       std::memset(base + r * kRegion, 1, kRegion);
   });
-  const int streams = cpu::measure_read_bandwidth(pool).streams;
+  const cpu::Ceiling pattern = cpu::measure_read_bandwidth(pool);
   std::vector<std::vector<double>> gbs(regions);
   std::vector<size_t> order(regions);
   for (size_t r = 0; r < regions; ++r) order[r] = r;
@@ -50,8 +51,9 @@ int probe_regions(nanovllm::cpu::ThreadPool& pool, double gib) {
   for (int round = 0; round < kRounds; ++round) {
     std::shuffle(order.begin(), order.end(), rng);
     for (size_t r : order)
-      gbs[r].push_back(
-          cpu::measure_read_bandwidth_of(pool, {{base + r * kRegion, kRegion}}, streams).best);
+      gbs[r].push_back(cpu::measure_read_bandwidth_of(pool, {{base + r * kRegion, kRegion}},
+                                                      pattern.streams, pattern.nta)
+                           .best);
   }
   cpu::host_free(base, bytes);
   std::vector<double> medians;
@@ -73,9 +75,9 @@ int probe_regions(nanovllm::cpu::ThreadPool& pool, double gib) {
   std::sort(sorted.begin(), sorted.end());
   const double lo = sorted.front(), mid = sorted[sorted.size() / 2], hi = sorted.back();
   std::fprintf(stderr,
-               "%zu regions of 256 MiB, %d streams a thread: medians %.1f (slowest) / %.1f / %.1f "
-               "GB/s (fastest)\n",
-               regions, streams, lo, mid, hi);
+               "%zu regions of 256 MiB, read as the probe's best pattern (%s): medians %.1f "
+               "(slowest) / %.1f / %.1f GB/s (fastest)\n",
+               regions, pattern.how.c_str(), lo, mid, hi);
   std::printf("%s], \"min_gbs\": %.3f, \"median_gbs\": %.3f, \"max_gbs\": %.3f, \"threads\": %d}\n",
               json.c_str(), lo, mid, hi, threads);
   return 0;

@@ -290,7 +290,7 @@ void add_bench(CLI::App& app, Commands& commands) {
         cpu::ThreadPool pool(probe_threads);
         const std::vector<cpu::ByteRange> ranges =
             decode_weight_ranges(engine.model_runner().weights());
-        in_place = cpu::measure_read_bandwidth_of(pool, ranges, bw_ceiling.streams);
+        in_place = cpu::measure_read_bandwidth_of(pool, ranges, bw_ceiling.streams, bw_ceiling.nta);
         size_t bytes = 0;
         for (const cpu::ByteRange& range : ranges) bytes += range.bytes;
         j["weights_read_gb"] = double(bytes) / 1e9;

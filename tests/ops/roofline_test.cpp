@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -48,6 +49,43 @@ TEST(Roofline, QuantizedPeaksOfEveryKernelSet) {
             "int8 dot (vpdpbusd zmm)");
   EXPECT_EQ(std::string(qgemm_peak_name(QGemmIsa::AVX2, QuantFormat::Int8)),
             "int16 dot (vpmaddwd ymm)");
+}
+
+// The read probe's best pattern (plain loads, or loads behind prefetchnta) is the one it names
+// and the one the in-place read repeats: a decode's ceiling read the way its kernels read.
+TEST(Roofline, ReadProbeNamesThePatternItRead) {
+  ThreadPool pool(2);
+  const Ceiling c = measure_read_bandwidth(pool);
+  EXPECT_GT(c.worst, 0.0);
+  EXPECT_LE(c.worst, c.median);
+  EXPECT_LE(c.median, c.best);
+  EXPECT_EQ(c.runs, 7);
+  EXPECT_TRUE(c.streams == 1 || c.streams == 2 || c.streams == 4 || c.streams == 8) << c.streams;
+  const std::string plain =
+      std::to_string(c.streams) + (c.streams == 1 ? " stream a thread" : " streams a thread");
+  EXPECT_EQ(c.how, c.nta ? plain + ", prefetchnta 512 B ahead" : plain);
+  EXPECT_FALSE(c.nta && c.streams == 8) << "no 8-stream prefetchnta pattern is measured";
+  std::printf("read: %s\n", describe(c, "GB/s").c_str());
+
+  // 3 MiB + 100 bytes in two ranges: read as 2 MiB pieces and a 1 MiB one, the 100-byte tail
+  // left out; the pattern passed is the one named.
+  const size_t bytes = (size_t(3) << 20) + 100;
+  std::vector<uint8_t> buf(bytes + 64, 1);
+  auto* base =
+      reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(buf.data()) + 63) & ~uintptr_t(63));
+  for (const bool nta : {false, true}) {
+    const Ceiling in_place = measure_read_bandwidth_of(
+        pool, {{base, size_t(2) << 20}, {base + (size_t(2) << 20), (size_t(1) << 20) + 100}}, 4,
+        nta);
+    EXPECT_GT(in_place.worst, 0.0);
+    EXPECT_LE(in_place.median, in_place.best);
+    EXPECT_GE(in_place.runs, 3);
+    EXPECT_LE(in_place.runs, 7);
+    EXPECT_EQ(in_place.streams, 4);
+    EXPECT_EQ(in_place.nta, nta);
+    EXPECT_EQ(in_place.how, std::string("0.003146 GB in place, 4 streams a thread") +
+                                (nta ? ", prefetchnta 512 B ahead" : ""));
+  }
 }
 
 }  // namespace

@@ -80,8 +80,9 @@ void gemm_wide(const GemmArgs& a, ThreadPool& pool, const detail::KernelSet& ks)
   auto group_bytes = [&](int64_t g) { return std::min(nb, nblocks - g * nb) * block_stride; };
   // One pass (M <= wide_max_rows) streams its nb weight blocks with the near-ahead prefetch
   // (measured on a Zen 3: 90% of the read bandwidth at M = 1 against 80% with the next group
-  // prefetched); several passes prefetch the next group spread over them (M = 8: 80% of the
-  // FMA peak against 70-76% with the near-ahead prefetch in the first pass only).
+  // prefetched), non-temporal up to one_pass_nta_max_rows rows; several passes prefetch the
+  // next group spread over them (M = 8: 80% of the FMA peak against 70-76% with the near-ahead
+  // prefetch in the first pass only).
   const bool spread = (ks.prefetch_next || ks.wide_prefetch_next) && npass > 1;
 
   // Pass p takes rows [row0(p), row0(p + 1)): as even as they go (M = 16: 5 + 5 + 6 rather
@@ -111,6 +112,7 @@ void gemm_wide(const GemmArgs& a, ThreadPool& pool, const detail::KernelSet& ks)
         t.rows = int(row0(p + 1) - row0(p));
         t.out = a.out + row0(p) * a.ldo + col0;
         t.prefetch = !spread || (g == g0 && p == 0);
+        t.prefetch_nta = npass == 1 && a.m <= ks.one_pass_nta_max_rows;
         t.pf_next = nullptr;
         if (next_bytes) {
           const int64_t b0 = next_bytes * p / npass / 64 * 64;

@@ -4,12 +4,13 @@
 // tile before the next is made, so a 6-row tile holds 12 accumulators + 2 widened weights + 1
 // broadcast x (15 of the 16 ymm) and spends 4 widening instructions per 24 FMAs: measured on a
 // Zen 3, a 6 x 16 tile from L1 runs at 97% of the FMA loop's rate (a 4 x 16 tile that widens
-// all four halves before the FMAs, as before, at 93%). Fewer rows cannot hide the FMA latency (4 cycles, 2
-// dependent FMAs per k pair and accumulator), so 1- and 2-row tiles take 4 and 2 blocks.
+// all four halves before the FMAs, as before, at 93%). Fewer rows cannot hide the FMA latency (4
+// cycles, 2 dependent FMAs per k pair and accumulator), so 1- and 2-row tiles take 4 and 2 blocks.
 //
 // Weights from memory: a tile may be handed the next tile's weights (Tile::pf_next), which it
 // prefetches spread over its own k loop, so that memory streams under the FMAs of every pass
-// instead of stalling the first.
+// instead of stalling the first. A one- or two-row tile that reads its weights once prefetches
+// them with prefetchnta instead (Tile::prefetch_nta).
 #include <immintrin.h>
 
 #include <array>
@@ -114,7 +115,8 @@ void tile_kernel(const Tile& t) {
   const int64_t pf_lines = t.pf_next ? (t.pf_bytes + 63) / 64 : 0;
   int64_t credit = 0;
   const int64_t kpairs = t.kpairs;
-  const bool prefetch = t.prefetch;
+  const bool prefetch = t.prefetch && !t.prefetch_nta;
+  const bool prefetch_nta = t.prefetch && t.prefetch_nta;
   for (int64_t c0 = 0; c0 < t.kpairs; c0 += kSumChunkPairs) {
     const int64_t c1 = t.kpairs - c0 < kSumChunkPairs ? t.kpairs : c0 + kSumChunkPairs;
     const bool first = t.first && c0 == 0;
@@ -129,6 +131,11 @@ void tile_kernel(const Tile& t) {
         for (int b = 0; b < NB; ++b)
           _mm_prefetch(reinterpret_cast<const char*>(w + b * ws + kPrefetchBytes / NB),
                        _MM_HINT_T0);
+      if (prefetch_nta)
+#pragma GCC unroll 4
+        for (int b = 0; b < NB; ++b)
+          _mm_prefetch(reinterpret_cast<const char*>(w + b * ws + kStreamOnceAheadBytes),
+                       _MM_HINT_NTA);
       for (credit += pf_lines; credit >= kpairs; credit -= kpairs, pf += 64)
         _mm_prefetch(pf, _MM_HINT_T0);
 #pragma GCC unroll 4
@@ -201,6 +208,14 @@ const KernelSet& avx2_kernels() {
     s.mc_panels = kMcPanels;
     s.balance_panels = true;
     s.prefetch_next = true;
+    // Decode of one or two sequences (tiles of 4 and 2 blocks, bound by memory) reads its
+    // weights behind prefetchnta (gemm_internal.h, kStreamOnceAheadBytes). Measured on a
+    // first-generation Zen (AMD EPYC family 23 model 1, 2 threads), bench_gemm, two interleaved
+    // rounds against prefetcht0 1 KiB ahead in each stream: lm_head (151,936 x 1,024) M = 1
+    // 11.9-13.2 ms against 14.0-14.2, M = 2 13.4-13.7 against 15.1-15.3; M = 4 (4 rows x 1
+    // block at 75-80% of the FMA peak) 2-4% slower with it, so from 3 rows on the tiles keep
+    // prefetcht0.
+    s.one_pass_nta_max_rows = 2;
     return s;
   }();
   return set;

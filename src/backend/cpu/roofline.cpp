@@ -27,19 +27,27 @@ double seconds_since(Clock::time_point t0) {
 
 // Sums 64-bit lanes of S equal consecutive parts of [p, p + bytes), read side by side (S
 // sequential streams at once, kStep bytes of each in turn), into 8 independent accumulators.
-template <int S>
+// Nta: each stream prefetched with prefetchnta kStreamOnceAheadBytes ahead, as the GEMM's
+// one-pass tiles do (gemm_internal.h; a prefetch past the end does not fault).
+template <int S, bool Nta = false>
 __attribute__((target("avx2"))) uint64_t read_sum(const uint8_t* p, size_t bytes) {
   constexpr size_t kStep = S >= 4 ? 64 : 256 / S;  // 8 loads an iteration, at least a line each
   __m256i acc[8];
   for (auto& a : acc) a = _mm256_setzero_si256();
   const size_t part = bytes / S / kStep * kStep;
   for (size_t off = 0; off < part; off += kStep)
-    for (int s = 0; s < S; ++s)
+    for (int s = 0; s < S; ++s) {
+      if constexpr (Nta)
+        for (size_t line = 0; line < kStep; line += 64)
+          _mm_prefetch(reinterpret_cast<const char*>(p + size_t(s) * part + off + line +
+                                                     detail::kStreamOnceAheadBytes),
+                       _MM_HINT_NTA);
       for (size_t j = 0; j < kStep / 32; ++j) {
         __m256i& a = acc[(size_t(s) * (kStep / 32) + j) % 8];
         a = _mm256_add_epi64(a, _mm256_load_si256(reinterpret_cast<const __m256i*>(
                                     p + size_t(s) * part + off + 32 * j)));
       }
+    }
   for (int j = 1; j < 8; ++j) acc[0] = _mm256_add_epi64(acc[0], acc[j]);
   alignas(32) uint64_t lanes[4];
   _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), acc[0]);
@@ -109,6 +117,32 @@ Ceiling summarize(std::vector<double> runs, std::string how) {
 
 using ReadSum = uint64_t (*)(const uint8_t*, size_t);
 
+// The read pass of `streams` (1, 2, 4 or 8; others round down) streams a thread, with the
+// non-temporal prefetch or without.
+ReadSum read_sum_for(int streams, bool nta) {
+  if (nta)
+    return streams >= 8   ? read_sum<8, true>
+           : streams >= 4 ? read_sum<4, true>
+           : streams >= 2 ? read_sum<2, true>
+                          : read_sum<1, true>;
+  return streams >= 8   ? read_sum<8>
+         : streams >= 4 ? read_sum<4>
+         : streams >= 2 ? read_sum<2>
+                        : read_sum<1>;
+}
+
+// "2 streams a thread" / "2 streams a thread, prefetchnta 512 B ahead".
+std::string read_pattern_name(int streams, bool nta) {
+  std::string s =
+      std::to_string(streams) + (streams == 1 ? " stream a thread" : " streams a thread");
+  if (nta) {
+    s += ", prefetchnta ";
+    s += std::to_string(detail::kStreamOnceAheadBytes);
+    s += " B ahead";
+  }
+  return s;
+}
+
 // Pieces of at most kReadChunk bytes that a pass reads.
 constexpr size_t kReadChunk = size_t(2) << 20;
 struct Piece {
@@ -153,33 +187,33 @@ Ceiling measure_read_bandwidth(ThreadPool& pool) {
   std::atomic<uint64_t> sink{0};
   auto pass = [&](ReadSum sum) { return read_pass(pool, pieces, total, sum, sink); };  // ~5-10 ms
   struct Pattern {
-    ReadSum sum;
-    const char* how;
+    int streams;
+    bool nta;
   };
-  const Pattern patterns[] = {{read_sum<1>, "1 stream a thread"},
-                              {read_sum<2>, "2 streams a thread"},
-                              {read_sum<4>, "4 streams a thread"},
-                              {read_sum<8>, "8 streams a thread"}};
+  // Plain loads, and loads behind prefetchnta (how the GEMM's one-pass tiles read weights on
+  // some kernels: measured faster on a first-generation Zen, gemm_internal.h).
+  const Pattern patterns[] = {{1, false}, {2, false}, {4, false}, {8, false},
+                              {1, true},  {2, true},  {4, true}};
+  constexpr int kPatterns = int(std::size(patterns));
   // Patterns interleaved, 7 passes each: a burst of load from elsewhere spreads over all.
-  std::vector<double> runs[4];
+  std::vector<double> runs[kPatterns];
   for (int rep = 0; rep < 7; ++rep)
-    for (int i = 0; i < 4; ++i) runs[i].push_back(pass(patterns[i].sum));
+    for (int i = 0; i < kPatterns; ++i)
+      runs[i].push_back(pass(read_sum_for(patterns[i].streams, patterns[i].nta)));
   int best = 0;
-  for (int i = 1; i < 4; ++i)
+  for (int i = 1; i < kPatterns; ++i)
     if (*std::max_element(runs[i].begin(), runs[i].end()) >
         *std::max_element(runs[best].begin(), runs[best].end()))
       best = i;
-  Ceiling c = summarize(runs[best], patterns[best].how);
-  c.streams = 1 << best;
+  Ceiling c = summarize(runs[best], read_pattern_name(patterns[best].streams, patterns[best].nta));
+  c.streams = patterns[best].streams;
+  c.nta = patterns[best].nta;
   return c;
 }
 
 Ceiling measure_read_bandwidth_of(ThreadPool& pool, const std::vector<ByteRange>& ranges,
-                                  int streams) {
-  const ReadSum sum = streams >= 8   ? read_sum<8>
-                      : streams >= 4 ? read_sum<4>
-                      : streams >= 2 ? read_sum<2>
-                                     : read_sum<1>;
+                                  int streams, bool nta) {
+  const ReadSum sum = read_sum_for(streams, nta);
   // Pieces of at most 2 MiB, each a multiple of 512 bytes: read_sum reads all of such a piece
   // with any stream count (its streams' parts are multiples of its 64-256-byte steps).
   constexpr size_t kUnit = 512;
@@ -199,11 +233,11 @@ Ceiling measure_read_bandwidth_of(ThreadPool& pool, const std::vector<ByteRange>
   const auto start = Clock::now();
   while (runs.size() < 3 || (runs.size() < 7 && seconds_since(start) < 2.0))
     runs.push_back(read_pass(pool, pieces, total, sum, sink));
-  char how[96];
-  std::snprintf(how, sizeof how, "%.4g GB in place, %d stream%s a thread", double(total) / 1e9,
-                streams, streams == 1 ? "" : "s");
-  Ceiling c = summarize(std::move(runs), how);
+  char gb[32];
+  std::snprintf(gb, sizeof gb, "%.4g GB in place, ", double(total) / 1e9);
+  Ceiling c = summarize(std::move(runs), gb + read_pattern_name(streams, nta));
   c.streams = streams;
+  c.nta = nta;
   return c;
 }
 

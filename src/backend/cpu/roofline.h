@@ -21,6 +21,7 @@ struct Ceiling {
   int runs = 0;
   std::string how;  // what was measured, e.g. "4 streams a thread"
   int streams = 0;  // read bandwidth: the sequential streams a thread of the best pattern
+  bool nta = false;  // read bandwidth: the best pattern prefetches with prefetchnta
 };
 
 // Bytes a benchmark reads where they lie, e.g. one weight's packed storage.
@@ -31,12 +32,14 @@ struct ByteRange {
 
 // GB/s (1e9 bytes) of reading a 256 MiB buffer (>> LLC) on every thread of the pool, with 1, 2,
 // 4 and 8 concurrent sequential streams per thread (the hardware prefetchers of some CPUs
-// deliver more with several streams, as a GEMM reading several weight blocks has): the best
-// pattern's runs.
+// deliver more with several streams, as a GEMM reading several weight blocks has), and 1, 2
+// and 4 streams each prefetched with prefetchnta (gemm_internal.h, kStreamOnceAheadBytes): the
+// best pattern's runs.
 Ceiling measure_read_bandwidth(ThreadPool& pool);
 
 // GB/s of reading `ranges` once on every thread of the pool with `streams` (1, 2, 4 or 8)
-// sequential streams a thread, threads claiming 2 MiB pieces as above: the best of 3 to 7
+// sequential streams a thread (prefetched with prefetchnta where `nta`: a Ceiling's pattern),
+// threads claiming 2 MiB pieces as above: the best of 3 to 7
 // passes (more while a pass is short). The ceiling of a decode step that reads these bytes
 // where they lie. Memory need not be uniform: on a 2-core EPYC VM of this project some 256 MiB
 // regions of one buffer read at 14 GB/s and others at 20, the same regions on every pass (most
@@ -44,7 +47,7 @@ Ceiling measure_read_bandwidth(ThreadPool& pool);
 // the probe's fresh 256 MiB buffer. Each range's last bytes past a multiple of 512 are not read
 // (nor counted). Error when no range holds 512 bytes.
 Ceiling measure_read_bandwidth_of(ThreadPool& pool, const std::vector<ByteRange>& ranges,
-                                  int streams);
+                                  int streams, bool nta = false);
 
 // GFLOP/s of a register-only multiply-add loop on every thread of the pool (2 FLOPs per
 // multiply-add): vfmadd231ps on ymm (16 FLOPs an instruction) for GemmIsa::AVX2, on zmm (32)
