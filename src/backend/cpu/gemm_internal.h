@@ -27,13 +27,15 @@ constexpr int64_t kSumChunkPairs = 128;
 constexpr int64_t kBlockPairBytes = 64;  // bytes of one k-pair row of a block (16 x 2 bf16)
 // How far ahead in each stream a kernel that reads its weights once prefetches them with
 // prefetchnta (Tile::prefetch_nta), and the read probe's non-temporal patterns (roofline.cpp).
-// AMD's optimization guides: a line prefetchnta brings from memory goes to the L1 and is not
-// written back into the L2 when it leaves (nor, by that, into the L3, which the L2's evictions
-// fill), where a line a plain load or prefetcht0 brings is. Measured on a first-generation Zen
-// (AMD EPYC family 23 model 1, 2 threads, a decode step's 113 GEMVs of Qwen3-0.6B shapes, 1.19
-// GB, 30 interleaved rounds, median time against prefetcht0 1 KiB ahead in each of 4 streams):
-// prefetchnta 256 / 384 / 512 / 768 B ahead 0.90 / 0.89 / 0.90 / 0.91, 1 KiB 0.93, none 0.94; a
-// plain read of the same bytes 0.90, one with prefetchnta 512 B ahead 0.84.
+// AMD's optimization guide for its K8 cores says a line prefetchnta brings from memory goes to
+// the L1 and is not written back into the L2 when it leaves, where a line a plain load or
+// prefetcht0 brings is (on the Zen cores the L2's evictions also fill the L3); the AMD64 manual
+// leaves the technique implementation-dependent, so the gain is what was measured. On a
+// first-generation Zen (AMD EPYC family 23 model 1, 2 threads, a decode step's 113 GEMVs of
+// Qwen3-0.6B shapes, 1.19 GB, 30 interleaved rounds, median time against prefetcht0 1 KiB ahead
+// in each of 4 streams): prefetchnta 256 / 384 / 512 / 768 B ahead 0.90 / 0.89 / 0.90 / 0.91,
+// 1 KiB 0.93, none 0.94; a plain read of the same bytes 0.90, one with prefetchnta 512 B ahead
+// 0.84.
 constexpr int64_t kStreamOnceAheadBytes = 512;
 
 // One register tile: out[rows, ncols] (+)= xpanel[rows, kpairs] @ wblocks[kpairs, ncols].

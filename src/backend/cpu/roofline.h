@@ -39,13 +39,13 @@ Ceiling measure_read_bandwidth(ThreadPool& pool);
 
 // GB/s of reading `ranges` once on every thread of the pool with `streams` (1, 2, 4 or 8)
 // sequential streams a thread (prefetched with prefetchnta where `nta`: a Ceiling's pattern),
-// threads claiming 2 MiB pieces as above: the best of 3 to 7
-// passes (more while a pass is short). The ceiling of a decode step that reads these bytes
-// where they lie. Memory need not be uniform: on a 2-core EPYC VM of this project some 256 MiB
-// regions of one buffer read at 14 GB/s and others at 20, the same regions on every pass (most
-// likely the host's backing of the VM's memory), so a 14 GB model's weights streamed slower than
-// the probe's fresh 256 MiB buffer. Each range's last bytes past a multiple of 512 are not read
-// (nor counted). Error when no range holds 512 bytes.
+// threads claiming 2 MiB pieces as above: the best of 3 to 7 passes (more while a pass is
+// short). The ceiling of a decode step that reads these bytes where they lie. Memory need not be
+// uniform: on a 2-core EPYC VM of this project some 256 MiB regions of one buffer read at 14 GB/s
+// and others at 20, the same regions on every pass (most likely the host's backing of the VM's
+// memory), so a 14 GB model's weights streamed slower than the probe's fresh 256 MiB buffer. Each
+// range's last bytes past a multiple of 512 are not read (nor counted). Error when no range holds
+// 512 bytes.
 Ceiling measure_read_bandwidth_of(ThreadPool& pool, const std::vector<ByteRange>& ranges,
                                   int streams, bool nta = false);
 
