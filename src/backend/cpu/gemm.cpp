@@ -101,6 +101,7 @@ void gemm_wide(const GemmArgs& a, ThreadPool& pool, const detail::KernelSet& ks)
     t.ldo = a.ldo;
     t.kpairs = kpairs;
     t.first = true;
+    t.prefetch_nta = npass == 1 && a.m <= ks.one_pass_nta_max_rows;
     for (int64_t g = g0; g < g1; ++g) {
       const int64_t col0 = g * nb * kBlockCols;
       t.ncols = int(std::min<int64_t>(nb * kBlockCols, a.n - col0));
@@ -112,7 +113,6 @@ void gemm_wide(const GemmArgs& a, ThreadPool& pool, const detail::KernelSet& ks)
         t.rows = int(row0(p + 1) - row0(p));
         t.out = a.out + row0(p) * a.ldo + col0;
         t.prefetch = !spread || (g == g0 && p == 0);
-        t.prefetch_nta = npass == 1 && a.m <= ks.one_pass_nta_max_rows;
         t.pf_next = nullptr;
         if (next_bytes) {
           const int64_t b0 = next_bytes * p / npass / 64 * 64;

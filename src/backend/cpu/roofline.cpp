@@ -121,15 +121,10 @@ using ReadSum = uint64_t (*)(const uint8_t*, size_t);
 // The read pass of `streams` (1, 2, 4 or 8; others round down) streams a thread, with the
 // non-temporal prefetch or without.
 ReadSum read_sum_for(int streams, bool nta) {
-  if (nta)
-    return streams >= 8   ? read_sum<8, true>
-           : streams >= 4 ? read_sum<4, true>
-           : streams >= 2 ? read_sum<2, true>
-                          : read_sum<1, true>;
-  return streams >= 8   ? read_sum<8>
-         : streams >= 4 ? read_sum<4>
-         : streams >= 2 ? read_sum<2>
-                        : read_sum<1>;
+  constexpr ReadSum kSums[2][4] = {
+      {read_sum<1>, read_sum<2>, read_sum<4>, read_sum<8>},
+      {read_sum<1, true>, read_sum<2, true>, read_sum<4, true>, read_sum<8, true>}};
+  return kSums[nta][streams >= 8 ? 3 : streams >= 4 ? 2 : streams >= 2 ? 1 : 0];
 }
 
 // "2 streams a thread" / "2 streams a thread, prefetchnta 512 B ahead".
