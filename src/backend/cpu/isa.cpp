@@ -62,6 +62,11 @@ bool cpu_is_amd() {
   return __builtin_cpu_is("amd");
 }
 
+bool cpu_is_zen1() {
+  __builtin_cpu_init();
+  return __builtin_cpu_is("znver1");
+}
+
 int64_t cpu_l2_bytes() {
   static const int64_t bytes = [] {
     const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);

@@ -41,6 +41,9 @@ bool cpu_has_avx512_bf16();
 // An AMD core (the kernels' software prefetch is tuned per vendor where it measured apart:
 // qgemm.h).
 bool cpu_is_amd();
+// A first-generation Zen or Zen+ (GCC's "znver1": AMD family 23 before Zen 2; AVX2 and FMA on
+// 128-bit units), whose quantized AVX2 tiles prefetch differently (qgemm.h, kRowNtaAheadBytes).
+bool cpu_is_zen1();
 // The L2 cache of one core in bytes, as the OS reports it (sysconf); 1 MiB where it reports
 // nothing. Read once per process.
 int64_t cpu_l2_bytes();

@@ -293,6 +293,7 @@ void qgemm(const QGemmArgs& a, ThreadPool& pool, QGemmIsa isa) {
                         : isa == QGemmIsa::AVX_VNNI ? detail::avxvnni_qtile
                                                     : detail::avx2_qtile;
   static const bool row_prefetch = !cpu_is_amd();  // qgemm.h, kRowAheadBytes
+  static const bool stream_nta = cpu_is_zen1();    // qgemm.h, kRowNtaAheadBytes
   const int64_t units = (l.nblocks + 3) / 4;
   const int64_t mc = std::max<int64_t>(
       max_rows, (int64_t(192) << 10) / (l.kpad * code_bytes) / max_rows * max_rows);
@@ -324,6 +325,7 @@ void qgemm(const QGemmArgs& a, ThreadPool& pool, QGemmIsa isa) {
           t.rows = rows;
           t.ncols = int(std::min<int64_t>(blocks * kQBlockCols, l.n - b * kQBlockCols));
           t.row_prefetch = row_prefetch;
+          t.stream_nta = stream_nta;
           tile_for(l.scheme, rows, blocks)(t);
           r += rows;
         }

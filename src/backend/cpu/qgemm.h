@@ -110,6 +110,7 @@ struct QTile {
                          // int8 with 1 block: 1..kQMaxRowsAvxVnni)
   int ncols;             // 1..blocks * 8
   bool row_prefetch = true;  // one-row AVX-512 VNNI tiles: the near-ahead prefetch (kRowAheadBytes)
+  bool stream_nta = false;   // AVX2 tiles: prefetchnta near ahead (kRowNtaAheadBytes)
 };
 constexpr int kQMaxRows = 4;
 // The AVX-512 VNNI tiles of 2 blocks (one zmm of 16 columns) also take 5..8 rows: per 16 dot
@@ -145,6 +146,20 @@ constexpr int kTilesAhead = 2;
 // two tiles ahead, the best on the Zen 3 they run on (near ahead there: 1.0-1.15x of no
 // prefetch, two tiles ahead 1.2-1.3x).
 constexpr int64_t kRowAheadBytes = 1024;
+// On a first-generation Zen or Zen+ (cpu_is_zen1: AVX2 on 128-bit units) every AVX2 tile instead
+// prefetches near ahead in each of its streams, this far, with prefetchnta (QTile::stream_nta),
+// as the bf16 GEMV's one- and two-row AVX2 tiles do (gemm_internal.h, kStreamOnceAheadBytes).
+// Measured on one (family 23 model 1, 2 threads, alternated runs of scratch drivers): one row
+// over 14 MB of weights, int4 19.1-19.2 GB/s against 12.7-13.4 (K = 1,024) and 17.2-19.8 against
+// 10.3-11.8 (K = 3,072), int8 19.9-20.2 against 15.9-16.0 and 20.3-22.3 against 12.6-13.4; a
+// qwen3-0.6b decode step's GEMVs in place (int4 linears 0.25 GB, int8 lm_head 0.16 GB) 24.2-27.3
+// ms against 31.3-41.3, the int8 ones (0.6 GB) 30.4-30.8 against 63.8-70.3; 256 / 512 / 1,024
+// bytes ahead 16.2-17.9 / 17.5-18.8 / 19.5 ms for the int4 linears. Batches gain too (the int8
+// linears at M = 2 / 4 / 16 / 64 0.67-0.68x / 0.80x / 0.80x / 0.80x the time, int4 0.89-0.95x;
+// there prefetcht0 near ahead did as well as prefetchnta, at M = 1 4-10% worse). The Zen 3 the
+// far prefetch above was measured on keeps it: there near ahead (then without ahead_of's step
+// into the next tile, so each stream started cold) ran 1.0-1.15x of no prefetch, far 1.2-1.3x.
+constexpr int64_t kRowNtaAheadBytes = 512;
 // Bytes ahead of the read position that a tile of `blocks` blocks prefetches: kRowAheadBytes
 // where `near`, else kTilesAhead tiles.
 inline size_t prefetch_ahead(bool near, int blocks, size_t block_bytes) {
