@@ -154,11 +154,13 @@ constexpr int64_t kRowAheadBytes = 1024;
 // 10.3-11.8 (K = 3,072), int8 19.9-20.2 against 15.9-16.0 and 20.3-22.3 against 12.6-13.4; a
 // qwen3-0.6b decode step's GEMVs in place (int4 linears 0.25 GB, int8 lm_head 0.16 GB) 24.2-27.3
 // ms against 31.3-41.3, the int8 ones (0.6 GB) 30.4-30.8 against 63.8-70.3; 256 / 512 / 1,024
-// bytes ahead 16.2-17.9 / 17.5-18.8 / 19.5 ms for the int4 linears. Batches gain too (the int8
-// linears at M = 2 / 4 / 16 / 64 0.67-0.68x / 0.80x / 0.80x / 0.80x the time, int4 0.89-0.95x;
-// there prefetcht0 near ahead did as well as prefetchnta, at M = 1 4-10% worse). The Zen 3 the
-// far prefetch above was measured on keeps it: there near ahead (then without ahead_of's step
-// into the next tile, so each stream started cold) ran 1.0-1.15x of no prefetch, far 1.2-1.3x.
+// bytes ahead 16.2-17.9 / 17.5-18.8 / 18.6-19.5 ms for the int4 linears. Batches gain too: the
+// int8 linears at M = 2 / 4 / 16 / 64 / 512 took 0.67-0.68 / 0.75-0.84 / 0.78-0.79 / 0.79-0.80 /
+// 0.80-0.81x the time, the int4 ones 0.85-1.01x (even at M = 4, where the int8 lm_head ran 2-9%
+// slower); at M = 16 prefetcht0 as near did as well as prefetchnta, at M = 1 4-10% worse.
+// Other CPUs keep the far prefetch: on the Zen 3 it was chosen on, near ahead (then without
+// ahead_of's step into the next tile, so each stream started cold) ran 1.0-1.15x of no prefetch,
+// far 1.2-1.3x.
 constexpr int64_t kRowNtaAheadBytes = 512;
 // Bytes ahead of the read position that a tile of `blocks` blocks prefetches: kRowAheadBytes
 // where `near`, else kTilesAhead tiles.
