@@ -396,10 +396,12 @@ TEST_F(CpuOps, AttentionPrefillLongPrompt) {  // many query blocks and key chunk
   }
 }
 
+// head_dim 40 (past the AVX2 kernel's widest P.V step, a last 8 elements) and GQA groups 1, 2,
+// 4, 5 and 7 (the last two: shapes the AVX-512 path never takes).
 TEST_F(CpuOps, AttentionDecode) {
   const std::vector<SeqSpec> specs = {{1, 1}, {1, 15}, {1, 16}, {1, 17}, {1, 300}};
-  for (int64_t d : {32, 64, 128})
-    for (auto [hq, hkv] : {std::pair<int64_t, int64_t>{2, 2}, {4, 2}, {8, 2}})
+  for (int64_t d : {32, 40, 64, 128})
+    for (auto [hq, hkv] : {std::pair<int64_t, int64_t>{2, 2}, {4, 2}, {8, 2}, {10, 2}, {7, 1}})
       for (int64_t bs : {16, 256}) {
         PagedCase c(rng, hq, hkv, d, bs, specs, false);
         const float scale = 1.0f / std::sqrt(float(d));

@@ -245,6 +245,26 @@ TEST(Fp8KvCache, AttentionMatchesRoundedReferenceBothIsas) {
   }
 }
 
+// Decode shapes off the usual ones, on both ISAs: head_dim 40 (a last 8 elements past the AVX2
+// kernel's widest P.V step), GQA groups 5 and 7 and plain multi-head attention (group 1).
+TEST(Fp8KvCache, DecodeOddShapesMatchRoundedReference) {
+  std::mt19937 rng(13);
+  for (cpu::CpuIsa isa : {cpu::CpuIsa::Auto, cpu::CpuIsa::AVX2}) {
+    cpu::CpuBackend be(2, isa);
+    for (int64_t d : {40, 128})
+      for (auto [hq, hkv] : {std::pair<int64_t, int64_t>{10, 2}, {7, 1}, {4, 4}}) {
+        SCOPED_TRACE(testing::Message() << "isa=" << cpu::cpu_isa_name(isa) << " d=" << d
+                                        << " hq=" << hq << " hkv=" << hkv);
+        const float scale = 1.0f / std::sqrt(float(d));
+        Fp8Case c(rng, be, hq, hkv, d, 16, {{1, 1}, {1, 19}, {1, 600}}, false, 0.25f, 3.0f);
+        Vec dout(size_t(c.tokens() * hq * d));
+        be.attention_decode(Tensor::contiguous(dout.data(), DType::F32, {c.tokens(), hq, d}),
+                            c.q_view(), c.cache(), c.batch, scale);
+        expect_close(dout, c.reference(scale), c.atol(), 2e-4f, "fp8 attention_decode odd shapes");
+      }
+  }
+}
+
 // Mistral's sliding window over an fp8 cache: prefill and decode (a window inside the first
 // partition and one past it) against the rounded reference, on every kernel.
 TEST(Fp8KvCache, SlidingWindowMatchesRoundedReference) {
