@@ -7,7 +7,9 @@
 //            threads), over a bf16 and an fp8 (E4M3) cache; bytes = the K and V rows read per
 //            step (ctx * Hkv * D * 2 * element bytes), against the measured read bandwidth. The
 //            caches of several layers are cycled (>= 512 MiB in all) so the KV rows come from
-//            memory, as in a real step over 28 layers.
+//            memory, as in a real step over 28 layers. The 1 x 1,024 case runs once more over one
+//            cache (4 MiB bf16, 2 fp8: in the L2 / L3 where they fit), against the f32 FMA
+//            peak: a kernel no faster there than from memory is held by its arithmetic.
 //
 //   bench_attention [--threads N] [--decode]   (--decode: the decode cases only;
 //                                               NANOVLLM_CPU_ISA=avx2 forces the AVX2 kernels)
@@ -232,6 +234,17 @@ int main(int argc, char** argv) {
           "read bw; %.1f MiB KV/step/layer)  x28 layers = %.2f ms\n",
           fp8 ? "fp8 " : "bf16", (long long)seqs, (long long)ctx, ms, tm.min_ms, bytes / ms / 1e6,
           100.0 * bytes / ms / 1e6 / bw, bytes / (1 << 20), 28 * ms);
+      if (seqs == 1 && ctx == 1024) {  // the same call over one cache: the KV stays in the caches
+        const Timing hot =
+            time_ms([&] { be.attention_decode(o, q, views[0], fb, scale); }, 20, 0.5);
+        const double hms = std::max(hot.cpu_ms / threads, 1e-6);
+        const double flops = 4.0 * double(kD) * double(kHq) * double(ctx);  // QK and P.V
+        std::printf(
+            "decode %s B= 1 ctx=1024  one cache: %8.3f ms/layer (wall min %.3f)  %6.1f GB/s, %.1f "
+            "GFLOP/s (%.0f%% of the f32 FMA peak): the same %.1f MiB, not cycled\n",
+            fp8 ? "fp8 " : "bf16", hms, hot.min_ms, bytes / hms / 1e6, flops / hms / 1e6,
+            100.0 * flops / hms / 1e6 / peak, bytes / (1 << 20));
+      }
     }
   std::printf(
       "\nms/layer: median process CPU time per call / threads (robust on a shared machine;\n"
