@@ -111,10 +111,16 @@ HostBatch make_batch(int64_t seqs, int64_t seqlen_q, int64_t ctx, bool prefill) 
 
 // Milliseconds per call: the minimum and the median of repeated calls. On a shared machine the
 // minimum is the better estimate of the uncontended time.
-// The process CPU time of a call (all threads) is immune to being descheduled: with N threads
-// cpu_ms / N is the wall time the call would take on N otherwise idle cores.
+// The process CPU time of the calls (all threads) is immune to being descheduled: with N threads
+// cpu_ms / N is the wall time a call would take on N otherwise idle cores. It is taken over the
+// whole run of calls, not per call: Linux brings another running thread's CPU time up to date
+// only at a scheduler tick or event, so the per-call figure of a short call (a few ms)
+// missed the workers' share (on 2 threads, a call of 0.14 or 1.4 ms that kept both busy read
+// as one thread's time in most calls, i.e. half the wall time per thread; from 5.7 ms it read
+// right). Over the run (0.5 s or more, or one call of seconds) the lag is at most a tick a
+// thread.
 struct Timing {
-  double min_ms, median_ms, cpu_ms;  // cpu_ms: the median process CPU time per call
+  double min_ms, median_ms, cpu_ms;  // cpu_ms: the process CPU time of the run per call
 };
 
 double cpu_s() {
@@ -126,19 +132,19 @@ double cpu_s() {
 template <class F>
 Timing time_ms(F&& f, int min_reps, double min_s) {
   f();  // warm-up
-  std::vector<double> times, cpu;
+  std::vector<double> times;
   double total = 0.0;
+  const double c0 = cpu_s();
   for (int rep = 0; rep < 1000 && (total < min_s || rep < min_reps); ++rep) {
-    const double c0 = cpu_s(), t0 = now_s();
+    const double t0 = now_s();
     f();
     const double t = now_s() - t0;
-    cpu.push_back(cpu_s() - c0);
     times.push_back(t);
     total += t;
   }
+  const double cpu = cpu_s() - c0;
   std::sort(times.begin(), times.end());
-  std::sort(cpu.begin(), cpu.end());
-  return {times.front() * 1e3, times[times.size() / 2] * 1e3, cpu[cpu.size() / 2] * 1e3};
+  return {times.front() * 1e3, times[times.size() / 2] * 1e3, cpu / double(times.size()) * 1e3};
 }
 
 }  // namespace
@@ -247,8 +253,9 @@ int main(int argc, char** argv) {
       }
     }
   std::printf(
-      "\nms/layer: median process CPU time per call / threads (robust on a shared machine;\n"
-      "equals the wall time on idle cores when the threads are kept busy); wall min: the\n"
-      "fastest wall-clock call. Decode cycles the KV reads through >= 512 MiB of layer caches.\n");
+      "\nms/layer: process CPU time per call (over the whole run of calls) / threads (robust on\n"
+      "a shared machine; equals the wall time on idle cores when the threads are kept busy);\n"
+      "wall min: the fastest wall-clock call. Decode cycles the KV reads through >= 512 MiB of\n"
+      "layer caches.\n");
   return 0;
 }
