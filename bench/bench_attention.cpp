@@ -11,8 +11,11 @@
 //            cache (4 MiB bf16, 2 fp8: in the L2 / L3 where they fit), against the f32 FMA
 //            peak: a kernel no faster there than from memory is held by its arithmetic.
 //
-//   bench_attention [--threads N] [--decode]   (--decode: the decode cases only;
-//                                               NANOVLLM_CPU_ISA=avx2 forces the AVX2 kernels)
+//   bench_attention [--threads N] [--decode] [--shapes SEQSxCTX,...]
+//     --decode: the decode cases only; --shapes: these decode batches instead of 1x1024,
+//     16x1024, 1x16384 (e.g. 16x192: the 16-sequence `nanovllm bench` workload's mean context,
+//     or 1x100,1x300 for the one-sequence split); NANOVLLM_CPU_ISA=avx2 forces the AVX2 kernels.
+//     The FMA peak is that of the decode kernels' vectors (zmm on the AVX-512 path).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -147,25 +150,49 @@ Timing time_ms(F&& f, int min_reps, double min_s) {
   return {times.front() * 1e3, times[times.size() / 2] * 1e3, cpu / double(times.size()) * 1e3};
 }
 
+// "SEQSxCTX,SEQSxCTX,..." into shapes (each at least 1x1); false on anything else.
+bool parse_shapes(const std::string& text, std::vector<std::pair<int64_t, int64_t>>* shapes) {
+  std::vector<std::pair<int64_t, int64_t>> out;
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    const size_t end = std::min(text.find(',', pos), text.size());
+    long long seqs = 0, ctx = 0;
+    char tail = 0;
+    if (std::sscanf(text.substr(pos, end - pos).c_str(), "%lldx%lld%c", &seqs, &ctx, &tail) != 2 ||
+        seqs < 1 || ctx < 1 || seqs > 4096 || ctx > (1 << 20))
+      return false;
+    out.emplace_back(seqs, ctx);
+    pos = end + 1;
+  }
+  *shapes = std::move(out);
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   int threads = 2;
   bool decode_only = false;
+  std::vector<std::pair<int64_t, int64_t>> shapes = {{1, 1024}, {16, 1024}, {1, 16384}};
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--threads" && i + 1 < argc) {
       threads = std::atoi(argv[++i]);
     } else if (a == "--decode") {
       decode_only = true;
+    } else if (a == "--shapes" && i + 1 < argc && parse_shapes(argv[i + 1], &shapes)) {
+      ++i;
     } else {
-      std::fprintf(stderr, "usage: bench_attention [--threads N] [--decode]\n");
+      std::fprintf(stderr,
+                   "usage: bench_attention [--threads N] [--decode] [--shapes SEQSxCTX,...]\n");
       return 2;
     }
   }
   CpuBackend be(threads);
   const double bw = measure_read_bandwidth_gbs(be.pool());
-  const double peak = measure_bf16_peak_gflops(be.pool(), GemmIsa::AVX2);  // f32 FMA peak
+  // The f32 FMA peak of the decode kernels' vectors: zmm on the AVX-512 path, ymm on AVX2.
+  const double peak =
+      measure_bf16_peak_gflops(be.pool(), be.decode_avx512() ? GemmIsa::AVX512_FMA : GemmIsa::AVX2);
   const char* isa_env = std::getenv("NANOVLLM_CPU_ISA");
   std::printf("%s, NANOVLLM_CPU_ISA: %s\n", be.describe().c_str(), isa_env ? isa_env : "(none)");
   std::printf("measured: read bandwidth %.1f GB/s, f32 FMA peak %.0f GFLOP/s\n\n", bw, peak);
@@ -202,9 +229,10 @@ int main(int argc, char** argv) {
         28 * ms);
   }
 
-  // ---- decode: 1 and 16 sequences at context 1024, 1 at 16384; bf16 then fp8 ----
+  // ---- decode: the shapes (by default 1 and 16 sequences at context 1024, 1 at 16384); bf16
+  // then fp8 ----
   for (bool fp8 : {false, true})
-    for (auto [seqs, ctx] : {std::pair<int64_t, int64_t>{1, 1024}, {16, 1024}, {1, 16384}}) {
+    for (auto [seqs, ctx] : shapes) {
       const int64_t blocks = seqs * ((ctx + kBlock - 1) / kBlock);
       const int64_t elem = fp8 ? 1 : 2;
       const double layer_bytes = double(blocks * kBlock * kHkv * kD * elem * 2);

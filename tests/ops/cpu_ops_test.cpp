@@ -847,7 +847,7 @@ TEST(CpuOpsThreads, AttentionSplitsAgreeBitwise) {
     // of 8 heads make an item of a block's second half and the next block's first).
     const std::pair<int64_t, int64_t> heads[] = {{16, 8}, {32, 8}, {16, 16}, {48, 6}};
     for (auto [hq, hkv] : heads)
-      for (int64_t ctx : {1100, 300})
+      for (int64_t ctx : {1100, 300, 100})  // 100: short contexts split by heads too
         for (int64_t window : {0, 200}) {
           PagedCase dc(rng, hq, hkv, 128, 16, {{1, ctx}}, false);
           dc.window = window;

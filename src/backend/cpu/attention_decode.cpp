@@ -711,17 +711,16 @@ void CpuBackend::attention_decode(Tensor out, Tensor q, const LayerKVCache& cach
   });
   const bool avx512 = use_avx512(a, decode_avx512_);
   // Fewer items than threads (one or a few sequences, short contexts): each item's kv heads are
-  // split over items, so every thread has work; on the AVX-512 path in blocks of 16 query heads
-  // (Llama's and Mistral's 32 make two items), or in halves of one (8 heads; Qwen3-0.6B's 16 make
-  // two) where the longest item has kHalfBlockKeys keys or more: below that a half item's fixed
-  // costs (q's layout, the softmax and the reduction of all 16 lanes) ate its gain (Zen 4, one
-  // sequence of 16 / 8 heads: 500 keys 125-131 against 152-174 us a layer, 300 keys 70 against
-  // 88, 200 keys 61 against 60, 100 keys 28 against 25). On the AVX2 path by kv heads.
-  constexpr int64_t kHalfBlockKeys = 256;
+  // split over items, so every thread has work; on the AVX-512 path in halves of a 16-lane block
+  // (units of 8 query heads: Qwen3-0.6B's 16 make two, Llama's and Mistral's 32 four), on the
+  // AVX2 path by kv heads. By wall time on an Intel Xeon (family 6 model 207, 2 threads, one
+  // sequence, medians of 4-5 interleaved rounds of the fastest call, bench_attention --shapes):
+  // bf16 64 keys 16 against 22.5 us a layer on one thread, 128 keys 29 against 42.5, 200 keys 44.5
+  // against 63, 300 keys 61 against 99, 512 keys 101 against 161; fp8 12.5 / 15, 22 / 27, 32 /
+  // 40. (Until then halves began at 256 keys, from Zen 4 figures taken by a call's own CPU time,
+  // which misses the worker's share.)
   const int64_t threads = pool_.size();
-  const int64_t unit_heads = items[0].k1 - items[0].k0 >= kHalfBlockKeys ? 8 : 16;
-  const int64_t units =
-      avx512 ? hq / unit_heads : a.num_kv_heads;  // a unit's kv heads: hkv / units
+  const int64_t units = avx512 ? hq / 8 : a.num_kv_heads;  // a unit's kv heads: hkv / units
   if (int64_t(items.size()) < threads && units > 1) {
     const int64_t splits =
         std::min(units, (threads + int64_t(items.size()) - 1) / int64_t(items.size()));
