@@ -274,10 +274,11 @@ void gemm(const GemmArgs& a, ThreadPool& pool, GemmIsa isa) {
   // tile wide) > k block (weight panel in L1) > x panel. The first panel of each (group,
   // k block) pulls the weights from memory and prefetches near ahead; prefetch_next kernels
   // instead prefetch the next weight panel spread over the panels of the current one (with
-  // nb = 1 it follows the current one in memory), the near-ahead prefetch only where nothing
-  // was prefetched. One x panel (decode): each weight is used once, so no k blocking.
+  // nb = 1 it follows the current one in memory; a 2-block panel, prefetch_next_pairs, is two
+  // streams a block_stride apart), the near-ahead prefetch only where nothing was prefetched.
+  // One x panel (decode): each weight is used once, so no k blocking.
   const int64_t kc = npanels == 1 || ks.whole_k ? kpairs : kKcPairs;
-  const bool spread = ks.prefetch_next && gnb == 1;
+  const bool spread = ks.prefetch_next && (gnb == 1 || (gnb == 2 && ks.prefetch_next_pairs));
   // x panels per M block: the kernels' count, fewer where that slab would pass half the L2. A
   // column group walks all its k blocks over the slab before the next group comes back to it,
   // so the whole slab (its rows over the whole K), not one k block of it, is what stays in L2:
@@ -303,13 +304,21 @@ void gemm(const GemmArgs& a, ThreadPool& pool, GemmIsa isa) {
           t.first = kp0 == 0;
           t.w = static_cast<const uint8_t*>(a.packed_w) + g * gnb * block_stride +
                 kp0 * kBlockPairBytes;
-          // The next weight panel of this thread: (g, next k block) or (g + 1, 0).
+          // The next weight panel of this thread: (g, next k block) or (g + 1, 0), from next_w
+          // in each of its blocks (two streams when it has a second block).
           int64_t next_bytes = 0;
+          const uint8_t* next_w = nullptr;
+          bool next_two = false;
           if (spread) {
-            if (kp0 + kc < kpairs)
+            if (kp0 + kc < kpairs) {
               next_bytes = std::min(kc, kpairs - kp0 - kc) * kBlockPairBytes;
-            else if (g + 1 < g1)
+              next_w = t.w + t.kpairs * kBlockPairBytes;
+              next_two = gnb == 2 && t.ncols > kBlockCols;
+            } else if (g + 1 < g1) {
               next_bytes = std::min(kc, kpairs) * kBlockPairBytes;
+              next_w = static_cast<const uint8_t*>(a.packed_w) + (g + 1) * gnb * block_stride;
+              next_two = gnb == 2 && ((g + 1) * gnb + 1) * kBlockCols < a.n;
+            }
           }
           const bool fresh = !spread || (g == g0 && kp0 == 0);
           for (int64_t p = pb; p < pe; ++p) {
@@ -323,8 +332,9 @@ void gemm(const GemmArgs& a, ThreadPool& pool, GemmIsa isa) {
               const int64_t np = pe - pb, i = p - pb;
               const int64_t b0 = next_bytes * i / np / 64 * 64;
               const int64_t b1 = i + 1 == np ? next_bytes : next_bytes * (i + 1) / np / 64 * 64;
-              t.pf_next = t.w + t.kpairs * kBlockPairBytes + b0;
+              t.pf_next = next_w + b0;
               t.pf_bytes = b1 - b0;
+              t.pf_stride = next_two ? block_stride : 0;
             }
             ks.tile(t);
           }

@@ -59,6 +59,10 @@ struct Tile {
   // the tile prefetches spread evenly over its k loop. nullptr: none.
   const uint8_t* pf_next = nullptr;
   int64_t pf_bytes = 0;
+  // Non-zero: the next tile's weights are two streams (a 2-block panel), the second pf_stride
+  // bytes after the first; each line prefetched from pf_next is prefetched there too
+  // (KernelSet::prefetch_next_pairs kernels).
+  int64_t pf_stride = 0;
 };
 
 struct KernelSet {
@@ -92,6 +96,9 @@ struct KernelSet {
   // The same for the wide tiles' passes alone (gemm_wide with several passes), where
   // prefetch_next is false.
   bool wide_prefetch_next = false;
+  // With prefetch_next: the blocked path's 2-block panels (nb = 2) prefetch the next panel too,
+  // its two blocks' streams through Tile::pf_stride (otherwise only 1-block panels do).
+  bool prefetch_next_pairs = false;
   // The packed x panels hold k pairs rounded up to a multiple of this (the AMX kernels' layout
   // steps 16 pairs at a time).
   int64_t kpair_align = 1;
