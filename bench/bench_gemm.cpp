@@ -122,6 +122,12 @@ int main(int argc, char** argv) {
   std::printf("%s peak: %s\n  (2 ops per multiply-add; the instructions these kernels run)\n",
               quant.enabled() ? qgemm_peak_name(qisa, quant.format) : gemm_peak_name(isa),
               describe(peakc, quant.enabled() ? "G ops/s" : "GFLOP/s").c_str());
+  if (!quant.enabled()) {
+    const Ceiling tile = measure_gemm_tile(pool, isa, 16);
+    if (tile.runs > 0)
+      std::printf("  its 16-sequence decode tile, weights in L1: %s, %.0f%% of that peak\n",
+                  describe(tile, "GFLOP/s").c_str(), 100 * tile.best / peak);
+  }
   std::printf("ridge point: %.0f ops per weight byte read\n\n", peak / bw);
 
   const Shape shapes[] = {{"qkv_proj", 4096, 1024},

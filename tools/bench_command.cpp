@@ -161,7 +161,7 @@ void add_bench(CLI::App& app, Commands& commands) {
       table = {};
     }
     Ceilings ceilings;
-    cpu::Ceiling bw_ceiling, peak_ceiling;
+    cpu::Ceiling bw_ceiling, peak_ceiling, tile_ceiling;
     // The probes' pools: as many threads as the engine's.
     const int probe_threads = a->config.num_threads > 0 ? a->config.num_threads
                                                         : int(std::thread::hardware_concurrency());
@@ -185,6 +185,14 @@ void add_bench(CLI::App& app, Commands& commands) {
       std::fprintf(stderr, "ceilings measured now: read bandwidth %s\n  %s: %s\n",
                    cpu::describe(bw_ceiling, "GB/s").c_str(), ceilings.peak_name.c_str(),
                    cpu::describe(peak_ceiling, quant.enabled() ? "G ops/s" : "GFLOP/s").c_str());
+      // The bf16 decode tile over L1-resident weights: how this machine runs a loop that loads
+      // beside its multiply-adds now, which the register-only peak does not show (roofline.h).
+      if (!quant.enabled()) tile_ceiling = cpu::measure_gemm_tile(pool, isa, 16);
+      if (tile_ceiling.runs > 0)
+        std::fprintf(stderr,
+                     "  its 16-sequence decode tile, weights in L1: %s, %.0f%% of that peak\n",
+                     cpu::describe(tile_ceiling, "GFLOP/s").c_str(),
+                     100 * tile_ceiling.best / peak_ceiling.best);
     }
     const int64_t step_weight_bytes = weight_bytes_per_decode_step(mc, quant, table);
     const double weight_gb = double(step_weight_bytes) / 1e9;
@@ -237,6 +245,11 @@ void add_bench(CLI::App& app, Commands& commands) {
                                  {"worst", peak_ceiling.worst}, {"runs", peak_ceiling.runs}};
       j["machine_load"] = cpu::machine_load();
     }
+    if (tile_ceiling.runs > 0)
+      j["decode_tile_spread_gflops"] = {{"best", tile_ceiling.best},
+                                        {"median", tile_ceiling.median},
+                                        {"worst", tile_ceiling.worst},
+                                        {"runs", tile_ceiling.runs}};
     j["weight_gb_per_decode_step"] = weight_gb;
     j["weight_format"] = format;
     if (a->sweep) {

@@ -34,6 +34,32 @@ TEST(Roofline, GemmPeaksOfEveryKernelSet) {
   EXPECT_EQ(std::string(gemm_peak_name(GemmIsa::AVX512_BF16)), "bf16 dot (vdpbf16ps zmm)");
 }
 
+// The decode tile over L1-resident weights: a rate no faster than the multiply-add instruction
+// it is made of (a FLOP miscount, e.g. one that forgot the odd k of each pair or counted
+// columns past the tile, would read 2x or more above it), and the clamp to the set's tallest
+// tile.
+TEST(Roofline, DecodeTileRunsBelowItsInstructionPeak) {
+  ThreadPool pool(1);
+  std::vector<GemmIsa> isas = {GemmIsa::AVX2};
+  if (cpu_has_avx512()) isas.push_back(GemmIsa::AVX512_FMA);
+  if (cpu_has_avx512_bf16()) isas.push_back(GemmIsa::AVX512_BF16);
+  for (GemmIsa isa : isas) {
+    for (int rows : {1, 16, 1000}) {
+      const Ceiling tile = measure_gemm_tile(pool, isa, rows);
+      const Ceiling peak = measure_gemm_peak(pool, isa);
+      const std::string what = std::string(gemm_isa_name(isa)) + ", " + std::to_string(rows) +
+                               " rows";
+      expect_sane(tile, what);
+      // The best tile pass against the best peak pass; 1.15: the two measured at different
+      // moments of a shared machine.
+      EXPECT_LT(tile.best, 1.15 * peak.best) << what;
+      std::printf("%s: %s (peak %.1f)\n", what.c_str(), describe(tile, "GFLOP/s").c_str(),
+                  peak.best);
+    }
+  }
+  EXPECT_EQ(measure_gemm_tile(pool, GemmIsa::AMX_BF16).runs, 0);
+}
+
 TEST(Roofline, QuantizedPeaksOfEveryKernelSet) {
   ThreadPool pool(1);
   std::vector<QGemmIsa> isas = {QGemmIsa::AVX2};

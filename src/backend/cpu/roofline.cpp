@@ -11,6 +11,7 @@
 #include <iterator>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "backend/cpu/gemm_internal.h"
@@ -328,14 +329,20 @@ bool bf16_dot_outruns_fma512() {
 namespace {
 
 // The best of 15 timed passes of `loop` on every thread (after 4 untimed ones that ramp the
-// clocks up), in G ops a second; `ops` per pass per thread.
+// clocks up), in G ops a second; `ops` per pass per thread. loop() or loop(thread).
 template <class Loop>
 Ceiling time_peak(ThreadPool& pool, double ops, Loop loop) {
-  for (int rep = 0; rep < 4; ++rep) pool.run_on_all([&](int) { loop(); });
+  auto run = [&](int thread) {
+    if constexpr (std::is_invocable_v<Loop&, int>)
+      loop(thread);
+    else
+      loop();
+  };
+  for (int rep = 0; rep < 4; ++rep) pool.run_on_all(run);
   std::vector<double> runs;
   for (int rep = 0; rep < 15; ++rep) {
     auto t0 = Clock::now();
-    pool.run_on_all([&](int) { loop(); });
+    pool.run_on_all(run);
     runs.push_back(ops * pool.size() / seconds_since(t0) / 1e9);
   }
   return summarize(std::move(runs), std::to_string(pool.size()) + " threads");
@@ -348,6 +355,60 @@ Ceiling measure_gemm_peak(ThreadPool& pool, GemmIsa isa) {
   volatile float sink = 0.0f;
   return time_peak(pool, peak_loop_flops(isa) * double(iters),
                    [&] { sink = sink + peak_loop(isa, iters); });
+}
+
+Ceiling measure_gemm_tile(ThreadPool& pool, GemmIsa isa, int rows) {
+  const detail::KernelSet* ks = isa == GemmIsa::AVX2          ? &detail::avx2_kernels()
+                                : isa == GemmIsa::AVX512_FMA  ? &detail::avx512_fma_kernels()
+                                : isa == GemmIsa::AVX512_BF16 ? &detail::avx512_bf16_kernels()
+                                                              : nullptr;
+  if (!ks || !ks->tile_wide) return {};
+  rows = std::clamp(rows, 1, ks->wide_max_rows);
+  const int nb = ks->wide_nb(rows);
+  constexpr int64_t kPairs = detail::kSumChunkPairs;  // k = 256: the x panel stays in L1
+  constexpr int64_t kGroups = 2, kTiles = 1024;       // a pass: ~1-2 ms of tiles a thread
+  const int64_t block_bytes = kPairs * detail::kBlockPairBytes;
+  const auto pack_x = ks->wide_pack_x ? ks->wide_pack_x : ks->pack_x;
+  const size_t pair_bytes = ks->wide_pack_x ? ks->wide_pair_bytes : ks->pair_bytes;
+  const size_t x_bytes = size_t(kPairs) * size_t(rows) * pair_bytes;
+  const size_t w_bytes = size_t(kGroups * nb * block_bytes);
+  const size_t out_floats = size_t(rows) * 16 * size_t(nb);
+  // Each thread's x panel, weights and outputs, one 64-byte aligned piece a thread.
+  const size_t per_thread = (x_bytes + w_bytes + out_floats * 4 + 63) / 64 * 64;
+  std::unique_ptr<uint8_t, void (*)(uint8_t*)> mem(nullptr, [](uint8_t* p) {
+    ::operator delete(p, std::align_val_t(64));
+  });
+  mem.reset(static_cast<uint8_t*>(
+      ::operator new(per_thread * size_t(pool.size()), std::align_val_t(64))));
+  std::vector<float> x(size_t(rows) * 2 * kPairs);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = float(int(i % 17) - 8) / 8.0f;
+  for (int t = 0; t < pool.size(); ++t) {
+    uint8_t* base = mem.get() + per_thread * size_t(t);
+    pack_x(base, x.data(), 2 * kPairs, rows, 2 * kPairs, rows, 0, 1);
+    uint8_t* w = base + x_bytes;
+    for (size_t i = 0; i < w_bytes; i += 2) {  // bf16 in [-1, 1]: finite, normal
+      const uint16_t v = uint16_t(0x3f00 + (i / 2) % 128) | uint16_t(i % 6 == 0 ? 0x8000 : 0);
+      std::memcpy(w + i, &v, 2);
+    }
+  }
+  return time_peak(pool, 4.0 * rows * 16 * nb * kPairs * double(kTiles), [&](int thread) {
+    uint8_t* base = mem.get() + per_thread * size_t(thread);
+    detail::Tile t{};
+    t.x = base;
+    t.xs = rows;
+    t.w_block_stride = block_bytes;
+    t.kpairs = kPairs;
+    t.out = reinterpret_cast<float*>(base + x_bytes + w_bytes);
+    t.ldo = 16 * nb;
+    t.rows = rows;
+    t.ncols = 16 * nb;
+    t.first = true;
+    t.prefetch = true;
+    for (int64_t i = 0; i < kTiles; ++i) {
+      t.w = base + x_bytes + (i % kGroups) * nb * block_bytes;
+      ks->tile_wide(t);
+    }
+  });
 }
 
 Ceiling measure_qgemm_peak(ThreadPool& pool, QGemmIsa isa, QuantFormat format) {

@@ -55,6 +55,14 @@ Ceiling measure_read_bandwidth_of(ThreadPool& pool, const std::vector<ByteRange>
 Ceiling measure_gemm_peak(ThreadPool& pool, GemmIsa isa);
 // The name of that instruction ceiling, e.g. "f32 FMA (vfmadd231ps ymm)".
 const char* gemm_peak_name(GemmIsa isa);
+// GFLOP/s of the kernel set's decode tile on every thread of the pool: the wide register tile
+// of `rows` rows (clamped to the set's tallest; what gemm_wide runs for a batch of that many
+// sequences) over bf16 weights that stay in L1 (two 16-column groups of k = 256 a thread), with
+// its loads, widening and stores. A register-only loop (measure_gemm_peak) does not see what
+// slows a loop that loads beside every multiply-add: on a 2-core Intel VM (family 6 model 207,
+// stop 62) this tile ran at 84-87% of that peak on one core in some minutes and at 57-65% in
+// others while the peak stayed put. runs == 0 for AMX_BF16 (its decode rows run other tiles).
+Ceiling measure_gemm_tile(ThreadPool& pool, GemmIsa isa, int rows = 16);
 // The same for the quantized GEMM's integer instructions, in G ops/s (2 per multiply-add), so
 // that its figures compare with GFLOP/s: for int8 weights vpmaddwd on ymm (16 multiply-adds)
 // with QGemmIsa::AVX2, vpdpwssd on ymm (16) with AVX_VNNI and on zmm (32) with AVX512_VNNI; for
