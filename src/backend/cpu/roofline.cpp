@@ -375,11 +375,10 @@ Ceiling measure_gemm_tile(ThreadPool& pool, GemmIsa isa, int rows) {
   const size_t out_floats = size_t(rows) * 16 * size_t(nb);
   // Each thread's x panel, weights and outputs, one 64-byte aligned piece a thread.
   const size_t per_thread = (x_bytes + w_bytes + out_floats * 4 + 63) / 64 * 64;
-  std::unique_ptr<uint8_t, void (*)(uint8_t*)> mem(nullptr, [](uint8_t* p) {
-    ::operator delete(p, std::align_val_t(64));
-  });
-  mem.reset(static_cast<uint8_t*>(
-      ::operator new(per_thread * size_t(pool.size()), std::align_val_t(64))));
+  std::unique_ptr<uint8_t, void (*)(uint8_t*)> mem(
+      nullptr, [](uint8_t* p) { ::operator delete(p, std::align_val_t(64)); });
+  mem.reset(
+      static_cast<uint8_t*>(::operator new(per_thread* size_t(pool.size()), std::align_val_t(64))));
   std::vector<float> x(size_t(rows) * 2 * kPairs);
   for (size_t i = 0; i < x.size(); ++i) x[i] = float(int(i % 17) - 8) / 8.0f;
   for (int t = 0; t < pool.size(); ++t) {
@@ -403,7 +402,8 @@ Ceiling measure_gemm_tile(ThreadPool& pool, GemmIsa isa, int rows) {
     t.rows = rows;
     t.ncols = 16 * nb;
     t.first = true;
-    t.prefetch = true;
+    t.prefetch = true;  // as gemm_wide's one-pass tiles do
+    t.prefetch_nta = rows <= ks->one_pass_nta_max_rows;
     for (int64_t i = 0; i < kTiles; ++i) {
       t.w = base + x_bytes + (i % kGroups) * nb * block_bytes;
       ks->tile_wide(t);
