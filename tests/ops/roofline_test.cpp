@@ -47,8 +47,8 @@ TEST(Roofline, DecodeTileRunsBelowItsInstructionPeak) {
     for (int rows : {1, 16, 1000}) {
       const Ceiling tile = measure_gemm_tile(pool, isa, rows);
       const Ceiling peak = measure_gemm_peak(pool, isa);
-      const std::string what = std::string(gemm_isa_name(isa)) + ", " + std::to_string(rows) +
-                               " rows";
+      const std::string what =
+          std::string(gemm_isa_name(isa)) + ", " + std::to_string(rows) + " rows";
       expect_sane(tile, what);
       // The best tile pass against the best peak pass; 1.15: the two measured at different
       // moments of a shared machine.
