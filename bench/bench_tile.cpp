@@ -1,8 +1,9 @@
 // Where a batched decode step's GEMM time goes: the kernel set's wide register tile (the tile a
 // decode batch of M rows runs: M rows x the 16-column blocks that fit the registers, one pass
 // over K) streaming weight blocks that lie in L1, in L2, in L3 or in memory, on one thread and on
-// every thread of the pool, in interleaved rounds. Each figure is against the FMA peak of the same
-// thread count, measured in the same run, with the weight bytes a second it implies; the memory
+// every thread of the pool, in interleaved rounds. Each figure is against the peak of the set's
+// multiply-add instruction on the same thread count, measured in every round (the best of the
+// rounds' medians), with the weight bytes a second it implies; the memory
 // rows also against reading the same bytes with one sequential stream a thread (the tile's own
 // access pattern) and with the probe's best pattern. A tile as fast from memory as from L1 is
 // held by its instructions; one slower from memory than the one-stream read would allow is held
@@ -18,9 +19,10 @@
 //
 // Every tile runs over the whole K (--k) and does what gemm_wide does for a one-pass batch: the
 // near-ahead software prefetch of its weight streams, stores of its outputs. The levels' sizes come
-// from sysconf: a thread's own 16 KiB (L1), half its L2, half the L3 over the threads, and 4x the
-// L3 (at least 512 MiB) over the threads, walked in order, every pass continuing where the last
-// stopped.
+// from sysconf: a thread's own two column groups ("L1": 16 KiB at K = 256 with one block a
+// tile; at K = 1,024 already 64 KiB, so L2), half its L2, half the L3 over the threads, and 4x
+// the L3 (at least 512 MiB) over the threads, walked in order, every pass continuing where the
+// last stopped.
 #include <unistd.h>
 
 #include <algorithm>
