@@ -59,19 +59,6 @@ int64_t cache_bytes(int name, int64_t fallback) {
   return v > 0 ? int64_t(v) : fallback;
 }
 
-const detail::KernelSet* kernels_of(GemmIsa isa) {
-  switch (isa) {
-    case GemmIsa::AVX2:
-      return &detail::avx2_kernels();
-    case GemmIsa::AVX512_FMA:
-      return &detail::avx512_fma_kernels();
-    case GemmIsa::AVX512_BF16:
-      return &detail::avx512_bf16_kernels();
-    default:
-      return nullptr;  // AMX: its decode rows run other tiles (gemm_amx_rows.cpp)
-  }
-}
-
 // One thread's weights at a level: `groups` groups of nb blocks from `w`, and where its next
 // pass starts.
 struct Region {
@@ -136,7 +123,8 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  const detail::KernelSet* ks = kernels_of(isa);
+  // AMX: its decode rows run other tiles (gemm_amx_rows.cpp).
+  const detail::KernelSet* ks = isa == GemmIsa::AMX_BF16 ? nullptr : &detail::kernels_of(isa);
   if (!ks || !ks->tile_wide) {
     std::fprintf(stderr, "bench_tile: the %s kernels have no wide tiles (try --isa)\n",
                  gemm_isa_name(isa));

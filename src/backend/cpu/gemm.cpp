@@ -144,6 +144,17 @@ void* GemmScratch::reserve(size_t bytes) {
 
 GemmScratch::~GemmScratch() { ::operator delete(data_, std::align_val_t(64)); }
 
+namespace detail {
+
+const KernelSet& kernels_of(GemmIsa isa) {
+  return isa == GemmIsa::AMX_BF16      ? amx_bf16_kernels()
+         : isa == GemmIsa::AVX512_BF16 ? avx512_bf16_kernels()
+         : isa == GemmIsa::AVX512_FMA  ? avx512_fma_kernels()
+                                       : avx2_kernels();
+}
+
+}  // namespace detail
+
 GemmIsa select_gemm_isa(CpuIsa want) {
   __builtin_cpu_init();
   if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") ||
@@ -230,10 +241,7 @@ void gemm(const GemmArgs& a, ThreadPool& pool, GemmIsa isa) {
   NV_CHECK((reinterpret_cast<uintptr_t>(a.packed_w) & 63) == 0,
            "packed weight must be 64-byte aligned (the kernels use aligned loads)");
   if (a.m == 0) return;
-  const detail::KernelSet& ks = isa == GemmIsa::AMX_BF16      ? detail::amx_bf16_kernels()
-                                : isa == GemmIsa::AVX512_BF16 ? detail::avx512_bf16_kernels()
-                                : isa == GemmIsa::AVX512_FMA  ? detail::avx512_fma_kernels()
-                                                              : detail::avx2_kernels();
+  const detail::KernelSet& ks = detail::kernels_of(isa);
   if (ks.tile_wide && a.m >= ks.wide_min_m && a.m <= ks.wide_max_m) {
     gemm_wide(a, pool, ks);
     return;

@@ -16,6 +16,8 @@
 #include <type_traits>
 #include <utility>
 
+#include "backend/cpu/gemm.h"
+
 namespace nanovllm::cpu::detail {
 
 constexpr int64_t kBlockCols = 16;       // output columns per packed weight block
@@ -140,6 +142,9 @@ template <int MaxNb, size_t N>
 inline void run_tile(const std::array<TileFn, N>& table, const Tile& t) {
   table[size_t((t.rows - 1) * MaxNb + (t.ncols + 15) / 16 - 1)](t);
 }
+
+// The kernel set gemm() runs for `isa`.
+const KernelSet& kernels_of(GemmIsa isa);
 
 const KernelSet& avx512_bf16_kernels();
 const KernelSet& avx512_fma_kernels();

@@ -358,11 +358,9 @@ Ceiling measure_gemm_peak(ThreadPool& pool, GemmIsa isa) {
 }
 
 Ceiling measure_gemm_tile(ThreadPool& pool, GemmIsa isa, int rows) {
-  const detail::KernelSet* ks = isa == GemmIsa::AVX2          ? &detail::avx2_kernels()
-                                : isa == GemmIsa::AVX512_FMA  ? &detail::avx512_fma_kernels()
-                                : isa == GemmIsa::AVX512_BF16 ? &detail::avx512_bf16_kernels()
-                                                              : nullptr;
-  if (!ks || !ks->tile_wide) return {};
+  if (isa == GemmIsa::AMX_BF16) return {};  // its decode rows run other tiles
+  const detail::KernelSet* ks = &detail::kernels_of(isa);
+  if (!ks->tile_wide) return {};
   rows = std::clamp(rows, 1, ks->wide_max_rows);
   const int nb = ks->wide_nb(rows);
   constexpr int64_t kPairs = detail::kSumChunkPairs;  // k = 256: the x panel stays in L1
