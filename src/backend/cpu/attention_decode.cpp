@@ -311,6 +311,15 @@ void run_decode_item(const AttnArgs& a, const DecodeItem& it, DecodeScratch& sc)
 // (family 6 model 207, 2 threads, bench_attention --decode, medians of eight interleaved
 // rounds) 16 sequences x 1,024 keys took 3.69 ms a layer against 4.28 without it, one sequence
 // x 16,384 keys 3.70 against 4.40, one x 1,024 0.24 against 0.275. Not measured on Zen 4.
+// That prefetch is spread over the work of the key it rides with, a kv head's slice of the row
+// beside that kv head's loads (score_key, pv_key), not issued as one burst of a row's 32 lines
+// before it: under perf (timer samples, one thread, 16 x 1,024 keys from memory) 40% of the
+// kernel's samples sat on the bursts' prefetcht1 loops, stalled on the CPU's miss buffers with
+// no arithmetic behind them. Spread, on the same Xeon (2 threads, medians of five interleaved
+// rounds, ms a layer, before / after): bf16 16 x 1,024 keys 3.02 / 2.90, 1 x 16,384 3.06 /
+// 2.64, 16 x 192 0.61 / 0.53, 1 x 1,024 0.23 / 0.20; fp8 16 x 1,024 2.19 / 1.92, 1 x 16,384
+// 2.13 / 1.96, 16 x 192 0.43 / 0.38, 1 x 1,024 0.15 / 0.15. The same bits (only the prefetches
+// moved).
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")
 // GCC 12 flags the _mm512_undefined_* pass-through inside unmasked intrinsics.
@@ -375,6 +384,14 @@ inline void unlayout_head(float* dst, const float* src, int64_t d) {
     std::copy(src, src + d, dst);
 }
 
+// One kv head's D elements (its slice of a token row) into L2.
+template <int D, class T>
+inline void prefetch_head_l2(const T* p) {
+#pragma GCC unroll 16
+  for (int b = 0; b < D * int(sizeof(T)); b += 64)
+    _mm_prefetch(reinterpret_cast<const char*>(p) + b, _MM_HINT_T1);
+}
+
 // Per 128-bit lane l: (sum of a's lane l, b's, c's, d's).
 inline __m512 reduce4(__m512 a, __m512 b, __m512 c, __m512 d) {
   const __m512 t0 = _mm512_add_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
@@ -397,14 +414,17 @@ inline __m512 reduce16(__m512 u0, __m512 u1, __m512 u2, __m512 u3) {
 // Scores of one key for query heads [X0, X1) of a block of 16 (lanes): lane x = q_x . k_{x / G},
 // the other lanes 0. Each lane's sum is the same whatever the range (the transposed reduction
 // never mixes heads), so half a block (8 heads, X1 - X0 = 8) gives its heads' full-block bits.
-// qp: [16][D] in T's layout, 64-byte aligned; kp: the key's row of the block's first kv head.
+// qp: [16][D] in T's layout, 64-byte aligned; kp: the key's row of the block's first kv head;
+// pf: the same place in the row of a key to come, prefetched into L2 a kv head at a time beside
+// this key's (nullptr: none).
 template <int G, int D, class T, int X0 = 0, int X1 = 16>
-inline __m512 score_key(const float* qp, const T* kp) {
+inline __m512 score_key(const float* qp, const T* kp, const T* pf) {
   __m512 dot[16];
   #pragma GCC unroll 16
   for (int x = 0; x < 16; ++x) dot[x] = _mm512_setzero_ps();
   #pragma GCC unroll 16
-  for (int g = X0 / G; g < X1 / G; ++g)
+  for (int g = X0 / G; g < X1 / G; ++g) {
+    if (pf) prefetch_head_l2<D>(pf + g * D);
 #pragma GCC unroll 16
     for (int i = 0; i < D; i += 32) {
       __m512 ke, ko;
@@ -416,16 +436,10 @@ inline __m512 score_key(const float* qp, const T* kp) {
         dot[x] = _mm512_fmadd_ps(_mm512_load_ps(qp + x * D + i + 16), ko, dot[x]);
       }
     }
+  }
   return reduce16(reduce4(dot[0], dot[1], dot[2], dot[3]), reduce4(dot[4], dot[5], dot[6], dot[7]),
                   reduce4(dot[8], dot[9], dot[10], dot[11]),
                   reduce4(dot[12], dot[13], dot[14], dot[15]));
-}
-
-// The n elements from p into L2 (the next chunk's token rows, under the current chunk's work).
-template <class T>
-inline void prefetch_row_l2(const T* p, int64_t n) {
-  const char* c = reinterpret_cast<const char*>(p);
-  for (int64_t b = 0; b < n * int64_t(sizeof(T)); b += 64) _mm_prefetch(c + b, _MM_HINT_T1);
 }
 
 // acc_x *= corr_x for every query head x (hq of them): a chunk's rescale before its P.V.
@@ -442,10 +456,13 @@ inline void pv_rescale(float* acc, const float* corr, int64_t hq) {
 // acc_x += p_j[x] v_j[x / G] for the query heads x of kv heads [h0, h1), key j of the chunk: its
 // value row read in address order (every kv head of the range in turn). The accumulators ([hq][D]
 // in T's layout, 8 KiB for Qwen3) stay in L1 and are loaded and stored per key. p: [hq /
-// 16][kDecodeChunk] [16].
+// 16][kDecodeChunk] [16]. pf: the value row of a key to come, prefetched into L2 a kv head at a
+// time beside this key's (nullptr: none).
 template <int G, int D, class T>
-inline void pv_key(float* acc, const float* p, int64_t j, const T* v, int64_t h0, int64_t h1) {
+inline void pv_key(float* acc, const float* p, int64_t j, const T* v, int64_t h0, int64_t h1,
+                   const T* pf) {
   for (int64_t h = h0; h < h1; ++h) {
+    if (pf) prefetch_head_l2<D>(pf + h * D);
     __m512 vv[D / 16];
 #pragma GCC unroll 16
     for (int w = 0; w < D / 16; w += 2) load_pairs(v + h * D + 16 * w, vv[w], vv[w + 1]);
@@ -492,7 +509,7 @@ struct ChunkRows {
 // 1 x 16,384 3.42-3.52 / 3.19-3.31; fp8 16 x 1,024 2.24-2.34 / 2.01-2.05, 1 x 16,384 2.14-2.19 /
 // 1.79-1.91. Every output sums the same terms in the same order as before (scores, then P.V,
 // chunk by chunk): the same bits. The rows of the chunk after next (K) and of the next (V) are
-// prefetched into L2 under the current pair.
+// prefetched into L2 under the current pair, key j's beside key j's work (score_key, pv_key).
 // The item's kv heads [h0, h1) hold query heads in whole units of 8 (halves of a 16-lane block;
 // the lanes of the other half are computed as 0 and never stored for an output).
 template <int G, int D, class T>
@@ -502,7 +519,6 @@ void decode_partition512(const AttnArgs& a, const DecodeItem& it, int64_t h0, in
   const int64_t hkv = a.num_kv_heads, hq = hkv * G, blocks = hq / 16;
   // Query heads [x0, x1) (multiples of 8), in blocks [b0, b1) of 16 (the end ones maybe half).
   const int64_t x0 = h0 * G, x1 = h1 * G, b0 = x0 / 16, b1 = (x1 + 15) / 16;
-  const int64_t row_elems = (h1 - h0) * d;  // the item's slice of a token row (prefetched)
   const int32_t* table = a.block_tables + it.seq * a.max_num_blocks;
   std::fill(m + b0 * 16, m + b1 * 16, kNegInf);  // whole blocks: a half block's other lanes too
   std::fill(l + b0 * 16, l + b1 * 16, 0.0f);
@@ -528,13 +544,14 @@ void decode_partition512(const AttnArgs& a, const DecodeItem& it, int64_t h0, in
   const auto [k_cache, v_cache] = kv_arrays<T>(a);
   // The scores of key j (row krow) for the item's query heads, block by block of 16 (an end
   // block may be half of one), into s.
-  auto score = [&](float* s, int64_t j, const T* krow) {
+  auto score = [&](float* s, int64_t j, const T* krow, const T* pf) {
     for (int64_t b = b0; b < b1; ++b) {
       const float* qb = qp + b * 16 * d;
       const T* kb = krow + b * (16 / G) * d;
-      const __m512 v = x0 > b * 16        ? score_key<G, D, T, 8, 16>(qb, kb)
-                       : x1 < b * 16 + 16 ? score_key<G, D, T, 0, 8>(qb, kb)
-                                          : score_key<G, D>(qb, kb);
+      const T* pb = pf ? pf + b * (16 / G) * d : nullptr;
+      const __m512 v = x0 > b * 16        ? score_key<G, D, T, 8, 16>(qb, kb, pb)
+                       : x1 < b * 16 + 16 ? score_key<G, D, T, 0, 8>(qb, kb, pb)
+                                          : score_key<G, D>(qb, kb, pb);
       _mm512_store_ps(s + (b * kDecodeChunk + j) * 16, _mm512_mul_ps(v, vscale));
     }
   };
@@ -543,8 +560,7 @@ void decode_partition512(const AttnArgs& a, const DecodeItem& it, int64_t h0, in
   rows[0].fill(a, table, k_cache, v_cache, it, it.k0);
   rows[1].fill(a, table, k_cache, v_cache, it, it.k0 + kDecodeChunk);
   for (int64_t j = 0; j < rows[0].n; ++j) {  // the first chunk's scores
-    if (j < rows[1].n) prefetch_row_l2(rows[1].k[j] + h0 * d, row_elems);
-    score(sbuf[0], j, rows[0].k[j]);
+    score(sbuf[0], j, rows[0].k[j], j < rows[1].n ? rows[1].k[j] : nullptr);
   }
   for (int64_t c0 = it.k0; c0 < it.k1; c0 += kDecodeChunk, cur = (cur + 1) % 3) {
     const ChunkRows<T>& now = rows[cur];
@@ -573,12 +589,8 @@ void decode_partition512(const AttnArgs& a, const DecodeItem& it, int64_t h0, in
     }
     pv_rescale<D>(acc + x0 * d, corr + x0, x1 - x0);
     for (int64_t j = 0; j < n; ++j) {
-      if (j < next.n) prefetch_row_l2(next.v[j] + h0 * d, row_elems);
-      pv_key<G, D>(acc, sc, j, now.v[j], h0, h1);
-      if (j < next.n) {
-        if (j < after.n) prefetch_row_l2(after.k[j] + h0 * d, row_elems);
-        score(sn, j, next.k[j]);
-      }
+      pv_key<G, D>(acc, sc, j, now.v[j], h0, h1, j < next.n ? next.v[j] : nullptr);
+      if (j < next.n) score(sn, j, next.k[j], j < after.n ? after.k[j] : nullptr);
     }
   }
 }
