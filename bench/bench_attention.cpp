@@ -11,10 +11,11 @@
 //            cache (4 MiB bf16, 2 fp8: in the L2 / L3 where they fit), against the f32 FMA
 //            peak: a kernel no faster there than from memory is held by its arithmetic.
 //
-//   bench_attention [--threads N] [--decode] [--shapes SEQSxCTX,...]
-//     --decode: the decode cases only; --shapes: these decode batches instead of 1x1024,
-//     16x1024, 1x16384 (e.g. 16x192: the 16-sequence `nanovllm bench` workload's mean context,
-//     or 1x100,1x300 for the one-sequence split); NANOVLLM_CPU_ISA=avx2 forces the AVX2 kernels.
+//   bench_attention [--threads N] [--decode | --prefill T,...] [--shapes SEQSxCTX,...]
+//     --decode: the decode cases only; --prefill: these prompt lengths only (e.g. 4096);
+//     --shapes: these decode batches instead of 1x1024, 16x1024, 1x16384 (e.g. 16x192: the
+//     16-sequence `nanovllm bench` workload's mean context, or 1x100,1x300 for the one-sequence
+//     split); NANOVLLM_CPU_ISA=avx2 forces the AVX2 kernels.
 //     The FMA peak is that of the decode kernels' vectors (zmm on the AVX-512 path).
 #include <algorithm>
 #include <chrono>
@@ -168,11 +169,30 @@ bool parse_shapes(const std::string& text, std::vector<std::pair<int64_t, int64_
   return true;
 }
 
+// "T,T,..." into lens (each 1 .. 65,536); false on anything else.
+bool parse_lens(const std::string& text, std::vector<int64_t>* lens) {
+  std::vector<int64_t> out;
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    const size_t end = std::min(text.find(',', pos), text.size());
+    long long t = 0;
+    char tail = 0;
+    if (std::sscanf(text.substr(pos, end - pos).c_str(), "%lld%c", &t, &tail) != 1 || t < 1 ||
+        t > (1 << 16))
+      return false;
+    out.push_back(t);
+    pos = end + 1;
+  }
+  *lens = std::move(out);
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   int threads = 2;
-  bool decode_only = false;
+  bool decode_only = false, prefill_only = false;
+  std::vector<int64_t> prefill_lens = {512, 4096, 16384};
   std::vector<std::pair<int64_t, int64_t>> shapes = {{1, 1024}, {16, 1024}, {1, 16384}};
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -182,9 +202,13 @@ int main(int argc, char** argv) {
       decode_only = true;
     } else if (a == "--shapes" && i + 1 < argc && parse_shapes(argv[i + 1], &shapes)) {
       ++i;
+    } else if (a == "--prefill" && i + 1 < argc && parse_lens(argv[i + 1], &prefill_lens)) {
+      prefill_only = true;
+      ++i;
     } else {
       std::fprintf(stderr,
-                   "usage: bench_attention [--threads N] [--decode] [--shapes SEQSxCTX,...]\n");
+                   "usage: bench_attention [--threads N] [--decode | --prefill T,...] "
+                   "[--shapes SEQSxCTX,...]\n");
       return 2;
     }
   }
@@ -201,7 +225,7 @@ int main(int argc, char** argv) {
   const int64_t qkv_width = (kHq + 2 * kHkv) * kD;  // q is a strided view of the fused qkv rows
 
   // ---- prefill: one prompt of 512, 4096, 16384 tokens ----
-  for (int64_t t : {512, 4096, 16384}) {
+  for (int64_t t : prefill_lens) {
     if (decode_only) break;
     Cache cache((t + kBlock - 1) / kBlock, rng);
     HostBatch hb = make_batch(1, t, t, true);
@@ -233,6 +257,7 @@ int main(int argc, char** argv) {
   // then fp8 ----
   for (bool fp8 : {false, true})
     for (auto [seqs, ctx] : shapes) {
+      if (prefill_only) break;
       const int64_t blocks = seqs * ((ctx + kBlock - 1) / kBlock);
       const int64_t elem = fp8 ? 1 : 2;
       const double layer_bytes = double(blocks * kBlock * kHkv * kD * elem * 2);

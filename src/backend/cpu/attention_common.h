@@ -72,12 +72,6 @@ struct PrefillItem {
 // bits as without).
 void run_prefill_items(ThreadPool& pool, const AttnArgs& a, std::vector<PrefillItem>& items,
                        bool zmm);
-// That kernel's two matmuls on 16-row zmm vectors, rp % 16 == 0 (attention_prefill_avx512.cpp):
-// st[k][r] = sum_e qt[e][r] kf[k][e] for k < n; ot[e][r] = ot[e][r] corr[r] + sum_k pt[k][r]
-// vf[k][e], each as the ymm blocks of attention_prefill.cpp compute it.
-void qk_rows_avx512(const float* qt, int64_t rp, const float* kf, int64_t n, int64_t d, float* st);
-void pv_rows_avx512(float* ot, int64_t rp, const float* corr, const float* pt, const float* vf,
-                    int64_t n, int64_t d);
 // The same on AVX-512 BF16 (head_dim % 16 == 0). Defined in attention_prefill_bf16.cpp.
 void run_prefill_items_bf16(ThreadPool& pool, const AttnArgs& a, std::vector<PrefillItem>& items);
 
@@ -157,6 +151,23 @@ inline PrefillRow prefill_row(const AttnArgs& a, const PrefillItem& it, int64_t 
   const int64_t pos = it.first_pos + (t - it.q_begin);
   return {a.q + t * a.q_stride + h * a.q_head_stride, float(first_key(a, pos)), float(pos + 1)};
 }
+
+inline constexpr int64_t kPrefillTile = 48;  // keys per tile of the f32 prefill kernel
+
+// The f32 prefill kernel's per-thread buffers; rp = the item's row count padded to the vector's
+// lanes (the row stride of the ^T arrays).
+struct PrefillScratch {
+  std::vector<float> qt;                   // [D][rp]      Q^T, pre-multiplied by the scale
+  std::vector<float> kf;                   // [tile][D]    the tile's keys, f32
+  std::vector<float> vf;                   // [tile][D]    the tile's values, f32
+  std::vector<float> st;                   // [tile][rp]   S^T, then P^T
+  std::vector<float> ot;                   // [D][rp]      unnormalized O^T
+  std::vector<float> m, l, corr, lim, lo;  // [rp] running max, sum, rescale, key bounds
+};
+
+// One item of that kernel on 16-row zmm vectors where the CPU has AVX-512, with the ymm kernel's
+// bits (attention_prefill_avx512.cpp).
+void run_prefill_item_avx512(const AttnArgs& a, const PrefillItem& it, PrefillScratch& sc);
 
 // Requests kv head `kv_head`'s K and V rows of keys [k0, k1) into L2 (keys in unallocated blocks
 // are skipped here and checked when they are read).

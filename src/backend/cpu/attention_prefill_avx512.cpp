@@ -1,61 +1,78 @@
-// The f32 prefill kernel's two matmuls (attention_prefill.cpp) on 16-row zmm vectors where the
-// CPU has AVX-512: the blocks of attention_prefill_blocks.inc, 32 rows x 8 keys (or head_dim
-// elements) instead of ymm's 16 x 6, with the ymm kernel's bits. Per FMA they load and broadcast
-// half as much: on a Zen 4, whose zmm FMA rate equals its ymm one, that is the gain; where zmm
-// FMAs issue on two ports (Intel Xeons) the peak doubles too.
+// The f32 prefill kernel (attention_prefill.cpp) on 16-row zmm vectors where the CPU has AVX-512:
+// attention_prefill_kernel.inc with matmul blocks of 32 rows x 8 keys (or head_dim elements)
+// instead of ymm's 16 x 6, and the softmax and the bf16 rows' widening 16 lanes at a time, with the
+// ymm kernel's bits. Per FMA the matmuls load and broadcast half as much: on a Zen 4, whose zmm FMA
+// rate equals its ymm one, that is the gain; where zmm FMAs issue on two ports (Intel Xeons) the
+// peak doubles too.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <type_traits>
 
 #include "backend/cpu/attention_common.h"
+#include "backend/cpu/vec_avx512.h"
 
 #pragma GCC push_options
-#pragma GCC target("avx512f,avx2,fma")
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")
+// GCC 12 flags the _mm512_undefined_* pass-through inside unmasked intrinsics.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 namespace nanovllm::cpu::attention_detail {
 
 namespace {
 
-// The matmul blocks (attention_prefill_blocks.inc) on 16-row zmm vectors, 8 keys or head_dim
-// elements a block.
+// The kernel on 16-row zmm vectors, 8 keys or head_dim elements a matmul block.
 struct Zmm {
   using T = __m512;
+  using M = __mmask16;
   static constexpr int kLanes = 16, kBlock = 8;
   static T load(const float* p) { return _mm512_loadu_ps(p); }
   static void store(float* p, T v) { _mm512_storeu_ps(p, v); }
   static T zero() { return _mm512_setzero_ps(); }
   static T set1(const float* p) { return _mm512_set1_ps(*p); }
+  static T splat(float x) { return _mm512_set1_ps(x); }
   static T fma(T a, T b, T c) { return _mm512_fmadd_ps(a, b, c); }
   static T mul(T a, T b) { return _mm512_mul_ps(a, b); }
+  static T add(T a, T b) { return _mm512_add_ps(a, b); }
+  static T sub(T a, T b) { return _mm512_sub_ps(a, b); }
+  static T max(T a, T b) { return _mm512_max_ps(a, b); }
+  static T exp(T x) { return vec::exp16(x); }
+  static M valid(float key, T lo, T lim) {
+    const T k = _mm512_set1_ps(key);
+    return _mm512_cmp_ps_mask(k, lim, _CMP_LT_OQ) & _mm512_cmp_ps_mask(k, lo, _CMP_GE_OQ);
+  }
+  static T select(M m, T s) { return _mm512_mask_blend_ps(m, _mm512_set1_ps(kNegInf), s); }
+  static T keep(M m, T p) { return _mm512_maskz_mov_ps(m, p); }
+  static void widen_bf16(float* dst, const uint16_t* src, int64_t d) {  // d % 8 == 0
+    int64_t i = 0;
+    for (; i + 16 <= d; i += 16) {
+      const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
+      _mm512_storeu_ps(dst + i,
+                       _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)));
+    }
+    if (i < d) bf16_row_to_f32(dst + i, src + i, d - i);
+  }
 };
 
-#include "backend/cpu/attention_prefill_blocks.inc"
+#include "backend/cpu/attention_prefill_kernel.inc"
 
-void qk_zmm(const float* qt, int64_t rp, const float* kf, int64_t n, int64_t d, float* st) {
-  qk_all<Zmm>(qt, rp, kf, n, d, st);
-}
-
-void pv_zmm(float* ot, int64_t rp, const float* corr, const float* pt, const float* vf, int64_t n,
-            int64_t d) {
-  pv_all<Zmm>(ot, rp, corr, pt, vf, n, d);
+void run_item_zmm(const AttnArgs& a, const PrefillItem& it, PrefillScratch& sc) {
+  run_item<Zmm>(a, it, sc);
 }
 
 }  // namespace
 
 }  // namespace nanovllm::cpu::attention_detail
 
+#pragma GCC diagnostic pop
 #pragma GCC pop_options
 
 namespace nanovllm::cpu::attention_detail {
 
 // Outside the AVX-512 target: declared (attention_common.h) for the AVX2 kernel's callers.
-void qk_rows_avx512(const float* qt, int64_t rp, const float* kf, int64_t n, int64_t d, float* st) {
-  qk_zmm(qt, rp, kf, n, d, st);
-}
-
-void pv_rows_avx512(float* ot, int64_t rp, const float* corr, const float* pt, const float* vf,
-                    int64_t n, int64_t d) {
-  pv_zmm(ot, rp, corr, pt, vf, n, d);
+void run_prefill_item_avx512(const AttnArgs& a, const PrefillItem& it, PrefillScratch& sc) {
+  run_item_zmm(a, it, sc);
 }
 
 }  // namespace nanovllm::cpu::attention_detail
