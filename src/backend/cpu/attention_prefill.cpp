@@ -37,8 +37,8 @@ using namespace attention_detail;
 namespace {
 
 constexpr int64_t kRowsTarget = 64;  // rows (tokens x group heads) per work item
-// On zmm: 3 blocks of 32 rows a key tile (2-5% faster than 64 rows for 512-4,096-token prompts on
-// an Intel Xeon, family 6 model 207; 128 rows 10% slower at 1,024).
+// On zmm: 2 matmul blocks of 48 rows (with 32-row blocks, 96 rows ran 2-5% faster than 64 for
+// 512-4,096-token prompts on an Intel Xeon, family 6 model 207, and 128 rows 10% slower at 1,024).
 constexpr int64_t kRowsTargetZmm = 96;
 
 // The kernel (attention_prefill_kernel.inc) on 8-row ymm vectors, 6 keys or head_dim elements a
@@ -46,7 +46,7 @@ constexpr int64_t kRowsTargetZmm = 96;
 struct Ymm {
   using T = __m256;
   using M = __m256;  // all-ones lanes
-  static constexpr int kLanes = 8, kBlock = 6;
+  static constexpr int kLanes = 8, kBlock = 6, kRowVecs = 2;
   static T load(const float* p) { return _mm256_loadu_ps(p); }
   static void store(float* p, T v) { _mm256_storeu_ps(p, v); }
   static T zero() { return _mm256_setzero_ps(); }

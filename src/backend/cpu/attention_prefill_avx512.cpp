@@ -1,9 +1,9 @@
 // The f32 prefill kernel (attention_prefill.cpp) on 16-row zmm vectors where the CPU has AVX-512:
-// attention_prefill_kernel.inc with matmul blocks of 32 rows x 8 keys (or head_dim elements)
+// attention_prefill_kernel.inc with matmul blocks of 48 rows x 8 keys (or head_dim elements)
 // instead of ymm's 16 x 6, and the softmax and the bf16 rows' widening 16 lanes at a time, with the
-// ymm kernel's bits. Per FMA the matmuls load and broadcast half as much: on a Zen 4, whose zmm FMA
-// rate equals its ymm one, that is the gain; where zmm FMAs issue on two ports (Intel Xeons) the
-// peak doubles too.
+// ymm kernel's bits. Per FMA the matmuls load and broadcast under half as much: on a Zen 4, whose
+// zmm FMA rate equals its ymm one, that is the gain; where zmm FMAs issue on two ports (Intel
+// Xeons) the peak doubles too.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -22,11 +22,12 @@ namespace nanovllm::cpu::attention_detail {
 
 namespace {
 
-// The kernel on 16-row zmm vectors, 8 keys or head_dim elements a matmul block.
+// The kernel on 16-row zmm vectors, matmul blocks of 3 vectors (48 rows: 3 loads and 8 broadcasts
+// per 24 FMAs, 24 of the 32 registers as sums) x 8 keys or head_dim elements.
 struct Zmm {
   using T = __m512;
   using M = __mmask16;
-  static constexpr int kLanes = 16, kBlock = 8;
+  static constexpr int kLanes = 16, kBlock = 8, kRowVecs = 3;
   static T load(const float* p) { return _mm512_loadu_ps(p); }
   static void store(float* p, T v) { _mm512_storeu_ps(p, v); }
   static T zero() { return _mm512_setzero_ps(); }
