@@ -41,8 +41,8 @@ constexpr int64_t kRowsTarget = 64;  // rows (tokens x group heads) per work ite
 // 512-4,096-token prompts on an Intel Xeon, family 6 model 207, and 128 rows 10% slower at 1,024).
 constexpr int64_t kRowsTargetZmm = 96;
 
-// The kernel (attention_prefill_kernel.inc) on 8-row ymm vectors, 6 keys or head_dim elements a
-// matmul block.
+// The kernel (attention_prefill_kernel.inc) on 8-row ymm vectors, matmul blocks of 2 vectors (16
+// rows) x 6 keys or head_dim elements.
 struct Ymm {
   using T = __m256;
   using M = __m256;  // all-ones lanes
