@@ -68,8 +68,8 @@ struct PrefillItem {
 };
 
 // Runs the prefill kernel over `items` on the pool, most expensive first (sorts `items`).
-// Defined in attention_prefill.cpp. zmm: its matmuls on AVX-512 (the CPU must have it; the same
-// bits as without).
+// Defined in attention_prefill.cpp. zmm: each item on AVX-512 (run_prefill_item_avx512; the CPU
+// must have it; the same bits as without).
 void run_prefill_items(ThreadPool& pool, const AttnArgs& a, std::vector<PrefillItem>& items,
                        bool zmm);
 // The same on AVX-512 BF16 (head_dim % 16 == 0). Defined in attention_prefill_bf16.cpp.
