@@ -149,10 +149,18 @@ void AsyncLLMEngine::loop() {
     apply_aborts(aborts, "abort", "");
     if (stopping) {
       apply_aborts(all_active(), "abort", "");
+      flush_notifies();
       return;
     }
     if (!active_.empty()) run_step();
+    flush_notifies();
   }
+}
+
+void AsyncLLMEngine::flush_notifies() {
+  // After every push of the iteration: a reader woken by the first finds all of them queued.
+  std::vector<std::function<void()>> notifies = std::exchange(notifies_, {});
+  for (const std::function<void()>& notify : notifies) notify();
 }
 
 void AsyncLLMEngine::admit(std::vector<Pending>& adds) {
@@ -239,11 +247,11 @@ void AsyncLLMEngine::finish(Active& a, int index, const std::string& reason, con
   }
   request_of_seq_.erase(a.seq_id + index);
   if (!e.finished) {
-    a.stream->push(std::move(e));
+    a.stream->push(std::move(e), &notifies_);
     return;
   }
   --num_unfinished_;  // before the final event: its reader sees the count without it
-  a.stream->push(std::move(e));
+  a.stream->push(std::move(e), &notifies_);
   active_.erase(a.request_id);  // destroys a
 }
 
@@ -316,7 +324,7 @@ void AsyncLLMEngine::run_step() {
     e.num_prompt_tokens = a.num_prompt_tokens;
     e.num_completion_tokens = a.num_completion_tokens;
     e.num_sample_tokens = a.samples[size_t(e.index)].num_tokens;
-    a.stream->push(std::move(e));
+    a.stream->push(std::move(e), &notifies_);
   }
   for (const auto& seq : r.finished) {
     auto rit = request_of_seq_.find(seq->seq_id);

@@ -108,6 +108,8 @@ class AsyncLLMEngine {
   // Sample `index` of `a` ended; the last one to end ends the request (and destroys `a`). The
   // caller has counted it (count_finished) before moving the gauges.
   void finish(Active& a, int index, const std::string& reason, const std::string& error);
+  // Runs the readers' notifies deferred by this iteration's pushes (RequestStream::push).
+  void flush_notifies();
   void count_finished(const std::string& reason, int64_t samples);
   void update_gauges();
 
@@ -128,6 +130,7 @@ class AsyncLLMEngine {
   // Engine thread only.
   std::unordered_map<int64_t, std::unique_ptr<Active>> active_;  // by request id
   std::unordered_map<int64_t, int64_t> request_of_seq_;            // seq id -> request id
+  std::vector<std::function<void()>> notifies_;  // deferred by this iteration's pushes
   std::thread thread_;
 };
 

@@ -1,5 +1,6 @@
 #include "nanovllm/llm.h"
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
@@ -8,9 +9,9 @@
 #include "engine/async_llm_engine.h"
 #include "engine/llm_engine.h"
 #include "engine/stop_checker.h"
-#include "tokenizer/incremental_detokenizer.h"
 #include "runtime/sampling_rng.h"
 #include "tokenizer/chat_template.h"
+#include "tokenizer/incremental_detokenizer.h"
 #include "util/progress_bar.h"
 
 namespace nanovllm {
@@ -104,10 +105,20 @@ std::vector<GenerationOutput> LLM::generate(const std::vector<std::vector<int32_
       (s.num_prefill_tokens > 0 ? progress.prefill_seconds : progress.decode_seconds) += dt;
       if (s.num_prefill_tokens == 0 && s.num_decode_tokens > 0) ++progress.num_decode_steps;
     });
-    std::mutex mu;
-    std::condition_variable cv;
-    bool woken = false;
-    // Joins the engine thread before mu and cv go, also when a callback throws.
+    // The streams' notify: one wake-up however many streams turn non-empty before this thread
+    // looks (a step ends with all its streams' notifies in a row), and a lambda small enough for
+    // std::function to hold without allocating (the engine copies it per push).
+    struct Waker {
+      std::mutex mu;
+      std::condition_variable cv;
+      std::atomic<bool> woken{false};
+      void wake() {
+        if (woken.exchange(true)) return;  // set already: this thread has yet to clear it
+        std::lock_guard lock(mu);          // not between the waiter's check and its sleep
+        cv.notify_one();
+      }
+    } waker;
+    // Joins the engine thread before the waker goes, also when a callback throws.
     struct JoinFirst {
       AsyncLLMEngine& async;
       ~JoinFirst() { async.shutdown(); }
@@ -118,15 +129,7 @@ std::vector<GenerationOutput> LLM::generate(const std::vector<std::vector<int32_
       options.skip_special_tokens = job.params.skip_special_tokens;
       return options;
     };
-    auto listen = [&](Job& job) {
-      job.stream->set_notify([&] {
-        {
-          std::lock_guard lock(mu);
-          woken = true;
-        }
-        cv.notify_one();
-      });
-    };
+    auto listen = [&](Job& job) { job.stream->set_notify([w = &waker] { w->wake(); }); };
     auto submit = [&](Job& job) {
       job.stream = async.add_request(prompts[job.prompt], job.params, options_of(job));
       listen(job);
@@ -231,9 +234,9 @@ std::vector<GenerationOutput> LLM::generate(const std::vector<std::vector<int32_
         on_progress(p);
       }
       if (!any && remaining > 0) {
-        std::unique_lock lock(mu);
-        cv.wait_for(lock, std::chrono::milliseconds(100), [&] { return woken; });
-        woken = false;
+        std::unique_lock lock(waker.mu);
+        waker.cv.wait_for(lock, std::chrono::milliseconds(100), [&] { return waker.woken.load(); });
+        waker.woken = false;
       }
     }
     async.shutdown();  // the observer runs on the engine thread: join it before closing the bar

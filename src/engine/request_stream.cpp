@@ -32,7 +32,7 @@ bool RequestStream::finished() const {
   return finished_;
 }
 
-void RequestStream::push(RequestEvent event) {
+void RequestStream::push(RequestEvent event, std::vector<std::function<void()>>* deferred) {
   std::function<void()> notify;
   {
     std::lock_guard lock(mu_);
@@ -72,7 +72,12 @@ void RequestStream::push(RequestEvent event) {
     if (was_empty) notify = notify_;
   }
   cv_.notify_all();
-  if (notify) notify();
+  if (!notify) return;
+  if (deferred) {
+    deferred->push_back(std::move(notify));
+  } else {
+    notify();
+  }
 }
 
 }  // namespace nanovllm

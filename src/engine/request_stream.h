@@ -56,8 +56,10 @@ class RequestStream {
   // The final event has been queued.
   bool finished() const;
 
-  // Engine side.
-  void push(RequestEvent event);
+  // Engine side. With `deferred`, the reader's notify (when the queue turned non-empty) is
+  // appended there for the caller to run after a batch of pushes: a step's events then wake a
+  // reader of many streams once, not once a stream (the event is readable at once either way).
+  void push(RequestEvent event, std::vector<std::function<void()>>* deferred = nullptr);
 
  private:
   const int64_t request_id_;

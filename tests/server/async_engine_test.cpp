@@ -3,7 +3,9 @@
 // n samples is one stream whose samples share the prompt's blocks (async_engine_n_test.cpp).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <mutex>
 #include <thread>
 
 #include "engine/async_llm_engine.h"
@@ -158,6 +160,62 @@ TEST(AsyncEngine, NotifyFiresForEveryNewBatchOfEvents) {
   Collected c = drain(*s);
   EXPECT_EQ(c.token_ids.size(), 10u);
   EXPECT_GE(notified.load(), 1);
+}
+
+// A step's notifies run after every event of the step is queued: a reader of many streams that
+// is woken by the first finds all of them (one wake-up a step, not one a stream).
+TEST(AsyncEngine, AStepNotifiesAfterQueueingAllItsEvents) {
+  LLMEngine engine(test::tiny_config(test::tiny_text_model()));
+  AsyncLLMEngine async(engine);
+  SamplingParams p;
+  p.ignore_eos = true;
+  p.max_tokens = 24;
+  const int n = 8;
+  std::vector<std::vector<int32_t>> ps(n, std::vector<int32_t>{1, 2, 3});
+  std::vector<std::shared_ptr<RequestStream>> streams = async.add_requests(ps, {p});
+  std::mutex mu;                      // the readers' state
+  std::vector<int> drained_per_wake;  // how many streams had events, per notify that found any
+  std::vector<int> tokens(n, 0);
+  std::vector<bool> ended(n, false);
+  auto drain_all = [&] {  // under mu
+    int with_events = 0;
+    for (int i = 0; i < n; ++i) {
+      bool any = false;
+      while (std::optional<RequestEvent> e = streams[size_t(i)]->try_next()) {
+        any = true;
+        tokens[size_t(i)] += int(e->token_ids.size());
+        ended[size_t(i)] = ended[size_t(i)] || e->finished;
+      }
+      with_events += any;
+    }
+    return with_events;
+  };
+  for (auto& s : streams) {
+    s->set_notify([&] {
+      std::lock_guard lock(mu);
+      if (int k = drain_all(); k > 0) drained_per_wake.push_back(k);
+    });
+  }
+  {  // Events queued before the notifies were set notify nobody: read them (RequestStream's rule).
+    std::lock_guard lock(mu);
+    drain_all();
+  }
+  for (int i = 0; i < 1000 && !std::all_of(streams.begin(), streams.end(),
+                                           [](const auto& s) { return s->finished(); });
+       ++i) {
+    std::this_thread::sleep_for(10ms);
+  }
+  std::lock_guard lock(mu);
+  drain_all();  // left by a step whose pushes the read above split
+  for (int i = 0; i < n; ++i) {
+    EXPECT_EQ(tokens[size_t(i)], 24) << "stream " << i;
+    EXPECT_TRUE(ended[size_t(i)]) << "stream " << i;
+  }
+  // The 8 requests run in lockstep (same prompt, same length): a wake finds all 8, but for one
+  // that the read above may have split (it can run between two pushes of a step).
+  ASSERT_GE(drained_per_wake.size(), 10u);  // notifies set before most of the 24 steps
+  const auto whole = std::count(drained_per_wake.begin(), drained_per_wake.end(), n);
+  EXPECT_GE(whole + 1, std::ptrdiff_t(drained_per_wake.size()));
 }
 
 TEST(AsyncEngine, ShutdownAbortsWhatRuns) {
