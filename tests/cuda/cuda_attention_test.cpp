@@ -192,6 +192,12 @@ TEST_F(CudaAttention, DecodeSplitKAndBatchInvariance) {
       be->attention_decode(out, c->q(), c->cache, c->batch, scale);
       Vec all = get(out);
       expect_close_scaled(all, c->reference(scale), 2e-2, "attention_decode");
+      // Again: the per-(sequence, kv head) counters of the partition merge were left zero.
+      Tensor again = poisoned(DType::BF16, {c->tokens, s.hq, s.d});
+      be->attention_decode(again, c->q(), c->cache, c->batch, scale);
+      const Vec repeat = get(again);
+      EXPECT_TRUE(std::equal(repeat.begin(), repeat.end(), all.begin()))
+          << "a second decode launch gave other bits";
 
       // Sequence 4 (700 keys, 3 partitions) alone: the same bits as inside the batch.
       ForwardBatch one = c->batch;

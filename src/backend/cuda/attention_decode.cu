@@ -4,13 +4,14 @@
 // lane_elems) each take one key at a time (16-byte loads of bf16, 8 or 16 bytes of fp8; U keys
 // in flight) with an fp32 online softmax in log2 units, rescaled once
 // per chunk of U keys (one exp2 per key and head); the groups merge in shared memory. A sequence
-// with one partition writes its output directly; longer ones write (o, m, l) per partition and a
-// second kernel merges them by log-sum-exp. The partitions of a sequence depend only on its own
-// context length, so its output never depends on the batch. Under a sliding window of W keys
-// only the keys [ctx - W, ctx) are read: the partitions stay the kP-aligned ones (a function of
-// ctx and W), from the one that holds key ctx - W on, the first clipped to start there.
-// An fp8 cache is read as codes converted in registers, with k_scale folded into the score
-// scale and v_scale into the output.
+// with one partition writes its output directly; longer ones write (o, m, l) per partition, and
+// the CTA that completes a (sequence, kv head)'s last partition (a counter per pair) merges them
+// by log-sum-exp, in partition order, in the same launch. The partitions of a sequence depend only
+// on its own context length, so its output never depends on the batch. Under a sliding window of W
+// keys only the keys [ctx - W, ctx) are read: the partitions stay the kP-aligned ones (a function
+// of ctx and W), from the one that holds key ctx - W on, the first clipped to start there. An fp8
+// cache is read as codes converted in registers, with k_scale folded into the score scale and
+// v_scale into the output.
 #include "backend/cuda/common.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/launch.h"
@@ -61,12 +62,31 @@ constexpr int lane_elems() {
   return sizeof(C) == 1 && GT <= 2 ? 16 : 8;
 }
 
-// scale: the score scale times k_scale; out_scale: v_scale (1 for a bf16 cache).
+// out[b, h][dim] = sum_p w_p o_p / sum_p w_p,  w_p = l_p exp(m_p - max m), over the np partitions
+// of slot base.. (partials [slot][d], ml [slot][2] = (m in log2 units, l)). Loads through L2
+// (__ldcg): other CTAs wrote them in this launch, and this SM's L1 may hold a stale line of ml.
+__device__ __forceinline__ float merge_partitions(const float* partials, const float* ml,
+                                                  int64_t base, int np, int d, int dim) {
+  float M = -INFINITY;
+  for (int p = 0; p < np; ++p) M = fmaxf(M, __ldcg(ml + 2 * (base + p)));
+  float W = 0.0f, A = 0.0f;
+  for (int p = 0; p < np; ++p) {
+    const float w =
+        rescale_factor2(__ldcg(ml + 2 * (base + p)), M) * __ldcg(ml + 2 * (base + p) + 1);
+    W += w;
+    A += w * __ldcg(partials + (base + p) * d + dim);
+  }
+  return W > 0.0f ? A / W : 0.0f;
+}
+
+// scale: the score scale times k_scale; out_scale: v_scale (1 for a bf16 cache). At GQA <= 2, 4
+// CTAs an SM (at most 128 registers): the merge's code took a bf16 kernel at GQA 2 from 128 to
+// 137 (3 CTAs) unbounded; bounded, ptxas -v (sm_90a) shows 120 and no spill.
 template <int D, int GT, typename C>
-__global__ void __launch_bounds__(kDecodeThreads, lane_elems<C, GT>() == 16 ? 4 : 1)
+__global__ void __launch_bounds__(kDecodeThreads, GT <= 2 ? 4 : 1)
     decode_partition_kernel(uint16_t* out, Rows q, int32_t hq, PagedKV kv,
                             const int32_t* context_lens, int num_partitions, float scale,
-                            float out_scale, float* partials) {
+                            float out_scale, float* partials, int32_t* counters) {
   constexpr int E = lane_elems<C, GT>();           // elements of a row per lane
   using Elem = KvChunk<C, E>;
   constexpr int LPK = D / E;                       // lanes per key
@@ -78,6 +98,7 @@ __global__ void __launch_bounds__(kDecodeThreads, lane_elems<C, GT>() == 16 ? 4 
   __shared__ float sm_m[NG][GT];
   __shared__ float sm_l[NG][GT];
   __shared__ float sm_acc[NG][GT][D];
+  __shared__ bool sm_merge;  // this CTA completed the sequence's last partition
 
   const int kvh = blockIdx.y, b = blockIdx.z;
   const int G = hq / kv.hkv;
@@ -228,10 +249,31 @@ __global__ void __launch_bounds__(kDecodeThreads, lane_elems<C, GT>() == 16 ? 4 
       } else {
         const int64_t slot = (int64_t(b) * hq + h) * num_partitions + part;
         partials[slot * D + dim] = o;
-        if (dim == 0) {  // (m in log2 units, l): decode_merge_kernel
+        if (dim == 0) {  // (m in log2 units, l): merge_partitions
           float* ml = partials + int64_t(gridDim.z) * hq * num_partitions * D;
           ml[2 * slot] = M;
           ml[2 * slot + 1] = L;
+        }
+      }
+    }
+    if (!single) {
+      // This partition's (o, m, l) are out; the CTA that counts the sequence's last one merges.
+      __threadfence();  // each thread's writes before the count (the merging CTA reads them)
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        int32_t* count = counters + int64_t(b) * kv.hkv + kvh;
+        sm_merge = atomicAdd(count, 1) == seq_parts - 1;
+        if (sm_merge) *count = 0;  // every partition has counted: zero for the next launch
+      }
+      __syncthreads();
+      if (sm_merge) {
+        __threadfence();
+        const float* ml = partials + int64_t(gridDim.z) * hq * num_partitions * D;
+        for (int idx = threadIdx.x; idx < G * D; idx += kDecodeThreads) {
+          const int h = kvh * G + idx / D, dim = idx % D;
+          const int64_t base = (int64_t(b) * hq + h) * num_partitions;
+          st_bf16(out + (int64_t(b) * hq + h) * D + dim,
+                  merge_partitions(partials, ml, base, seq_parts, D, dim));
         }
       }
     }
@@ -239,37 +281,15 @@ __global__ void __launch_bounds__(kDecodeThreads, lane_elems<C, GT>() == 16 ? 4 
   }
 }
 
-// out[b, h] = sum_p w_p o_p / sum_p w_p,  w_p = l_p exp(m_p - max m)  (sequences with more than
-// one partition only). Grid (hq, B), D threads.
-__global__ void decode_merge_kernel(uint16_t* out, int32_t hq, int32_t d,
-                                    const int32_t* context_lens, int32_t sliding_window,
-                                    int num_partitions, int32_t num_seqs, const float* partials) {
-  const int h = blockIdx.x, b = blockIdx.y, dim = threadIdx.x;
-  const int ctx = context_lens[b];
-  const int np = seq_partitions(ctx, window_first_key(ctx - 1, sliding_window));
-  if (np == 1) return;
-  const int64_t base = (int64_t(b) * hq + h) * num_partitions;
-  const float* ml = partials + int64_t(num_seqs) * hq * num_partitions * d;
-  float M = -INFINITY;
-  for (int p = 0; p < np; ++p) M = fmaxf(M, ml[2 * (base + p)]);
-  float W = 0.0f, A = 0.0f;
-  for (int p = 0; p < np; ++p) {
-    const float w = rescale_factor2(ml[2 * (base + p)], M) * ml[2 * (base + p) + 1];
-    W += w;
-    A += w * partials[(base + p) * d + dim];
-  }
-  st_bf16(out + (int64_t(b) * hq + h) * d + dim, W > 0.0f ? A / W : 0.0f);
-}
-
 template <int D, typename C>
 void launch_d(uint16_t* out, Rows q, int32_t hq, PagedKV kv, const int32_t* context_lens,
               int32_t num_seqs, int num_partitions, int grid_partitions, float scale,
-              float* partials, cudaStream_t stream) {
+              float* partials, int32_t* counters, cudaStream_t stream) {
   const dim3 grid(unsigned(grid_partitions), unsigned(kv.hkv), unsigned(num_seqs));
   const float qk_scale = scale * kv.k_scale, out_scale = kv.v_scale;
   const auto run = [&](auto gt) {
     decode_partition_kernel<D, decltype(gt)::value, C><<<grid, kDecodeThreads, 0, stream>>>(
-        out, q, hq, kv, context_lens, num_partitions, qk_scale, out_scale, partials);
+        out, q, hq, kv, context_lens, num_partitions, qk_scale, out_scale, partials, counters);
   };
   switch (decode_group_tile(hq / kv.hkv)) {
     case 1:
@@ -286,11 +306,6 @@ void launch_d(uint16_t* out, Rows q, int32_t hq, PagedKV kv, const int32_t* cont
       break;
   }
   NV_CUDA_CHECK("attention_decode", cudaGetLastError());
-  if (num_partitions > 1) {
-    decode_merge_kernel<<<dim3(unsigned(hq), unsigned(num_seqs)), D, 0, stream>>>(
-        out, hq, D, context_lens, kv.sliding_window, num_partitions, num_seqs, partials);
-    NV_CUDA_CHECK("attention_decode (merge)", cudaGetLastError());
-  }
 }
 
 }  // namespace
@@ -301,16 +316,16 @@ int64_t decode_partials_floats(int64_t num_seqs, int64_t hq, int64_t d, int num_
 
 void launch_attention_decode(uint16_t* out, Rows q, int32_t hq, PagedKV kv,
                              const int32_t* context_lens, int32_t num_seqs, int num_partitions,
-                             int grid_partitions, float scale, float* partials,
+                             int grid_partitions, float scale, float* partials, int32_t* counters,
                              cudaStream_t stream) {
   if (num_seqs == 0) return;
   const auto run = [&](auto d) {
     if (kv.fp8) {
       launch_d<decltype(d)::value, uint8_t>(out, q, hq, kv, context_lens, num_seqs, num_partitions,
-                                            grid_partitions, scale, partials, stream);
+                                            grid_partitions, scale, partials, counters, stream);
     } else {
       launch_d<decltype(d)::value, uint16_t>(out, q, hq, kv, context_lens, num_seqs, num_partitions,
-                                             grid_partitions, scale, partials, stream);
+                                             grid_partitions, scale, partials, counters, stream);
     }
   };
   with_head_dim<256>(kv.d, run);

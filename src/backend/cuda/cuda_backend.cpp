@@ -342,6 +342,16 @@ float* CudaBackend::decode_workspace(size_t floats) {
       grow_workspace(decode_ws_, floats * sizeof(float), "attention_decode"));
 }
 
+int32_t* CudaBackend::decode_counters(size_t n) {
+  const void* before = decode_counters_.data();
+  void* p = grow_workspace(decode_counters_, n * sizeof(int32_t), "attention_decode (counters)");
+  if (p != before) {  // a new buffer (outside capture): zero once, each launch leaves it zero
+    NV_CUDA_CHECK("attention_decode counters",
+                  cudaMemsetAsync(p, 0, decode_counters_.bytes(), stream_));
+  }
+  return static_cast<int32_t*>(p);
+}
+
 // ---- weights ----
 
 LinearWeight CudaBackend::make_linear_weight(Tensor w_host) {
@@ -612,10 +622,12 @@ void CudaBackend::attention_decode(Tensor out, Tensor q, const LayerKVCache& cac
   const int64_t hq = q.shape[1];
   const int64_t floats = decode_partials_floats(batch.num_seqs, hq, cache.k.shape[3], parts);
   float* ws = floats > 0 ? decode_workspace(size_t(floats)) : nullptr;
+  int32_t* counters =
+      floats > 0 ? decode_counters(size_t(batch.num_seqs * cache.k.shape[2])) : nullptr;
   const int grid_parts = decode_grid_partitions(batch.num_seqs, cache.k.shape[2], num_sms_, parts);
   launch_attention_decode(out.ptr<uint16_t>(), rows_of(q), int32_t(hq), paged(cache, batch),
                           batch.context_lens.ptr<const int32_t>(), batch.num_seqs, parts,
-                          grid_parts, scale, ws, stream_);
+                          grid_parts, scale, ws, counters, stream_);
 }
 
 void CudaBackend::gather_rows(Tensor out, Tensor x, Tensor indices) {

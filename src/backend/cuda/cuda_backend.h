@@ -85,6 +85,8 @@ class CudaBackend : public Backend {
   void use_device() const;  // makes device_ the calling thread's current device
   bool capturing() const;
   float* decode_workspace(size_t floats);  // grows outside graph capture only
+  // attention_decode's per (sequence, kv head) counters, zero (as each launch leaves them).
+  int32_t* decode_counters(size_t n);
   // ws, grown to at least `bytes` (outside graph capture only; the old buffer is retired, not
   // freed, as graphs captured before may use it).
   void* grow_workspace(Buffer& ws, size_t bytes, const char* op);
@@ -100,6 +102,7 @@ class CudaBackend : public Backend {
   std::string description_;
   std::unique_ptr<LtGemm> gemm_;
   Buffer decode_ws_;
+  Buffer decode_counters_;
   Buffer moe_ws_;                   // fused_moe's scratch, for the largest chunk seen
   Buffer dequant_ws_;               // linear()'s bf16 chunk of a quantized weight (cuBLASLt path)
   std::vector<Buffer> retired_ws_;  // smaller workspaces that captured graphs may use

@@ -108,11 +108,13 @@ void launch_attention_prefill_mma(uint16_t* out, Rows q, int32_t hq, PagedKV kv,
 // attention_decode.cu: out [B, hq, d] contiguous; q [B, hq, d] (Rows, inner = hq).
 // num_partitions: the most any sequence may use (the block table's width); grid_partitions:
 // CTAs per (sequence, kv head), each looping over partitions (launch.h decode_grid_partitions).
-// partials: f32 workspace of decode_partials_floats(B, hq, d, num_partitions) floats.
+// partials: f32 workspace of decode_partials_floats(B, hq, d, num_partitions) floats; counters:
+// B * hkv int32, zero before the first launch (each launch leaves them zero), when
+// num_partitions > 1 (both unused, may be null, otherwise).
 int64_t decode_partials_floats(int64_t num_seqs, int64_t hq, int64_t d, int num_partitions);
 void launch_attention_decode(uint16_t* out, Rows q, int32_t hq, PagedKV kv,
                              const int32_t* context_lens, int32_t num_seqs, int num_partitions,
-                             int grid_partitions, float scale, float* partials,
+                             int grid_partitions, float scale, float* partials, int32_t* counters,
                              cudaStream_t stream);
 
 // gemv.cu: out[m, n] = sum_k x[m, k] w[n, k] (+ bias[n]); m <= kGemvMaxM (launch.h): one row on

@@ -170,6 +170,13 @@ template <typename T>
 inline T __ldg(const T* p) {
   return *p;
 }
+template <typename T>
+inline T __ldcg(const T* p) {  // through L2 on the GPU; one memory here
+  return *p;
+}
+// Orders a thread's writes before its later ones as other CTAs see them: CTAs run one after
+// another here, so every write is seen already.
+inline void __threadfence() {}
 // A CTA's threads are fibers that switch only at barriers, and CTAs run one after another, so a
 // read-modify-write is atomic here as it is on the GPU.
 template <typename T>
