@@ -85,9 +85,16 @@ __global__ void __launch_bounds__(kPrefillThreads)
   const int first0 = window_first_key(qpos0, kv.sliding_window);
   const int first1 = window_first_key(qpos1, kv.sliding_window);
   // The warp's last needed key: tiles past it are loaded (by every thread) but not computed.
-  int warp_last = max(qpos0, qpos1);
+  // Its rows' smallest position and largest window start: a tile of keys inside both needs no
+  // mask (every tile but the diagonal and the window's edge; -1 rows mask every tile).
+  int warp_last = max(qpos0, qpos1), warp_min_q = min(qpos0, qpos1);
+  int warp_max_first = max(first0, first1);
 #pragma unroll
-  for (int o = 16; o > 0; o >>= 1) warp_last = max(warp_last, __shfl_xor_sync(0xffffffffu, warp_last, o));
+  for (int o = 16; o > 0; o >>= 1) {
+    warp_last = max(warp_last, __shfl_xor_sync(0xffffffffu, warp_last, o));
+    warp_min_q = min(warp_min_q, __shfl_xor_sync(0xffffffffu, warp_min_q, o));
+    warp_max_first = max(warp_max_first, __shfl_xor_sync(0xffffffffu, warp_max_first, o));
+  }
   __syncthreads();
   uint32_t qa[KB][4];
 #pragma unroll
@@ -137,16 +144,31 @@ __global__ void __launch_bounds__(kPrefillThreads)
                           ld_u32(&sm.k[n * 8 + g][kb * 16 + 8 + 2 * t]));
     }
     float mx0 = -INFINITY, mx1 = -INFINITY;
+    if (kt + kKeys - 1 > warp_min_q || kt < warp_max_first) {  // warp-uniform: a tile to mask
 #pragma unroll
-    for (int n = 0; n < ST; ++n)
+      for (int n = 0; n < ST; ++n)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int j = kt + n * 8 + 2 * t + (e & 1);
-        const bool masked = e < 2 ? j > qpos0 || j < first0 : j > qpos1 || j < first1;
-        s[n][e] = masked ? -INFINITY : s[n][e] * s2;
-        if (e < 2) mx0 = fmaxf(mx0, s[n][e]);
-        else mx1 = fmaxf(mx1, s[n][e]);
-      }
+        for (int e = 0; e < 4; ++e) {
+          const int j = kt + n * 8 + 2 * t + (e & 1);
+          const bool masked = e < 2 ? j > qpos0 || j < first0 : j > qpos1 || j < first1;
+          s[n][e] = masked ? -INFINITY : s[n][e] * s2;
+          if (e < 2)
+            mx0 = fmaxf(mx0, s[n][e]);
+          else
+            mx1 = fmaxf(mx1, s[n][e]);
+        }
+    } else {
+#pragma unroll
+      for (int n = 0; n < ST; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          s[n][e] *= s2;
+          if (e < 2)
+            mx0 = fmaxf(mx0, s[n][e]);
+          else
+            mx1 = fmaxf(mx1, s[n][e]);
+        }
+    }
     // A row's 64 scores lie in its lane quad.
 #pragma unroll
     for (int o2 = 1; o2 < 4; o2 <<= 1) {
