@@ -210,7 +210,8 @@ PY
     if python3 .gpu/kit/hf_compare.py "$dir" "$out/greedy_results_$name.json" > "$out/hf_compare_$name.json" 2> "$out/hf_compare_$name.log"; then
       note "greedy vs transformers fp32 ($name)" ok "$(tail -1 "$out/hf_compare_$name.json")"
     else
-      note "greedy vs transformers fp32 ($name)" FAIL "$(tail -1 "$out/hf_compare_$name.json") $(tail -2 "$out/hf_compare_$name.log")"
+      # The log's last lines, but transformers' progress bars (one line of carriage returns).
+      note "greedy vs transformers fp32 ($name)" FAIL "$(tail -1 "$out/hf_compare_$name.json") $(grep -av 'Loading weights' "$out/hf_compare_$name.log" | tail -2)"
     fi
   else
     note "greedy generate ($name)" FAIL "see greedy_$name.log: $(tail -1 "$out/greedy_$name.log")"
@@ -344,7 +345,8 @@ for name, p in sorted(per.items(), key=lambda kv: -kv[1]["gpu__time_duration.sum
 PY
   then
     cat "$out/kernels.txt" >&2
-    note profile ok "ncu, top kernels: $(sed -n 2,7p "$out/kernels.txt" | awk '{print $NF, $1}' | tr '\n' ';')"
+    # The kernel's name is the rest of the line after its SM figure (templates hold spaces).
+    note profile ok "ncu, top kernels: $(sed -n 2,7p "$out/kernels.txt" | sed -E 's/^ *([0-9.]+%).*SM +[0-9]+%  (.*)$/\2 \1/' | tr '\n' ';')"
   else
     note profile FAIL "ncu: see profile.log and ncu.csv"
   fi
