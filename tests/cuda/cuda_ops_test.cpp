@@ -287,9 +287,11 @@ TEST_F(CudaOps, SampleMatchesReference) {
   }
 }
 
-// The exponential race, which skips the tokens too far below the argmax's score to win, picks
-// the reference's token for many seeds, on rows from 16-byte-aligned (float4 loads) and not
-// (V odd: one float at a time), logits spread from flat to peaked, and near the skipping bound.
+// The exponential race, which skips the tokens too far below the argmax's score to win and those
+// whose uniform is too small to beat the best score seen, picks the reference's token for many
+// seeds, on rows from 16-byte-aligned (float4 loads) and not (V odd: one float at a time), logits
+// spread from flat to peaked, and near the skipping bound. (Raising the uniform's bound by 0.3 of
+// a score fails it.)
 TEST_F(CudaOps, SampleRaceSkipsOnlyTokensThatCannotWin) {
   const int64_t V = 3001, B = 24;
   Vec logits;

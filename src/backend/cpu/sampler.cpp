@@ -2,8 +2,11 @@
 // over the pool. The token chosen is the one tests/reference/sampler_reference.cpp picks, bit for
 // bit (same float expressions, same libm calls); the work is pruned where the outcome cannot
 // change:
-//   - the race over the whole vocabulary scores only d_i >= -21: the maximum (d = 0) scores at
-//     least -log(-log(u_min)) > -2.9 and any d scores at most d + 16.7 (u in (0, 1), 23 bits);
+//   - the race over the whole vocabulary scores only the tokens with d_i >= (the best score so
+//     far) - kMaxRaceNoise, starting from the maximum's score (d = 0; above -2.9, so the bound is
+//     above -21: it keeps a d array's skipped tail small), as any d scores at most d + 16.7 (u in
+//     (0, 1), 23 bits); and of those only the ones whose u can beat that score at their d (a
+//     table of race_u_floor by quarters of d);
 //   - top-p over the whole vocabulary sorts only the tokens with d_i >= t, t widening from -2 to
 //     -54 (then all), until their mass can reach top_p * z: they are the first tokens of the
 //     full order, so the cut is the one a full sort finds.
@@ -106,16 +109,38 @@ int32_t race(const float* d, const std::vector<int32_t>& kept, const SampleParam
   return best;
 }
 
-// The race over the whole vocabulary, pruned (see the top of the file). max(d) == 0.
-int32_t race_all(const float* d, int64_t v, const SampleParams& p) {
-  int32_t best = -1;
-  float best_s = 0.0f;
+// The least u with which a token of a given d could score `beat` or more, by buckets of d in
+// [-21, 0]: bucket k holds d in (-(k + 1) / 4, -k / 4] and the bound of its largest d,
+// race_u_floor(beat + k / 4) (race_score(d, u) <= d - log(-log u); the bound's 1e-3 of slack
+// covers the rounding of d * 4 and beat + k / 4).
+struct RaceUFloors {
+  static constexpr int kPerUnit = 4;
+  static constexpr int kBuckets = 21 * kPerUnit + 1;
+  float u[kBuckets] = {};  // 0: nothing skipped before the first score
+  void set(float beat) {
+    for (int k = 0; k < kBuckets; ++k) u[k] = race_u_floor(beat + float(k) / kPerUnit);
+  }
+  float of(float d) const { return u[int(-d * kPerUnit)]; }  // -21 <= d <= 0
+};
+
+// The race over the whole vocabulary, pruned (see the top of the file). max(d) == 0 == d[top].
+int32_t race_all(const float* d, int64_t v, int32_t top, const SampleParams& p) {
+  // The leader so far, starting from the maximum's own score: a token scoring below it loses.
+  int32_t best = top;
+  float best_s = race_score(0.0f, sample_uniform(p.seed, p.offset, top));
+  float d_floor = best_s - kMaxRaceNoise;  // >= -21: best_s > -2.9
+  RaceUFloors floors;                      // by d: a smaller u cannot reach best_s
+  floors.set(best_s);
   for (int64_t i = 0; i < v; ++i) {
-    if (!(d[i] >= -21.0f)) continue;
-    const float s = race_score(d[i], sample_uniform(p.seed, p.offset, i));
-    if (best < 0 || s > best_s) {  // ascending i: ties keep the lower index
+    if (!(d[i] >= d_floor)) continue;
+    const float u = sample_uniform(p.seed, p.offset, i);
+    if (u < floors.of(d[i])) continue;
+    const float s = race_score(d[i], u);
+    if (s > best_s || (s == best_s && i < best)) {  // ties: the lower index
       best = int32_t(i);
       best_s = s;
+      d_floor = best_s - kMaxRaceNoise;
+      floors.set(best_s);
     }
   }
   return best;
@@ -210,7 +235,7 @@ int32_t sample_processed(const float* y, int64_t v, const SampleParams& p, std::
   const bool use_min_p = p.min_p > 0.0f;
   const bool use_top_k = p.top_k > 0 && p.top_k < v;
   const bool use_top_p = p.top_p < 1.0f;
-  if (!use_min_p && !use_top_k && !use_top_p) return race_all(d, v, p);
+  if (!use_min_p && !use_top_k && !use_top_p) return race_all(d, v, argmax(y, v), p);
 
   std::vector<int32_t> cand;  // min_p's survivors in ascending index order
   if (use_min_p) {

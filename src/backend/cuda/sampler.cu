@@ -3,7 +3,7 @@
 // so the token is the one the CPU and the reference pick for the same logits and seed.
 //   - greedy (temperature 0): argmax, lowest index on ties;
 //   - neither top-k nor top-p: the exponential race over every token that can win it (a token
-//     whose d is more than kMaxRaceNoise below the argmax's race score cannot);
+//     whose d is more than kMaxRaceNoise (sampling_rng.h) below the argmax's race score cannot);
 //   - top-k (k <= kMaxDeviceTopK) and / or top-p: the kept set is found by a radix select over
 //     one 64-bit key per token, (order bits of d) << 32 | ~index, larger = better (d descending,
 //     then index ascending: the rule's order, every key distinct). Passes of 11 bits from the
@@ -59,10 +59,6 @@ __device__ Best block_best(Best x) {
   for (int w = 0; w < int(blockDim.x / 32); ++w) r = better(r, warp_best[w]);
   return r;
 }
-
-// The most race_score(d, u) can exceed d by: -log(-log(u)) for the largest u sample_uniform
-// returns, 1 - 2^-24 (16.64), with room for the f32 rounding of the logarithms and the sum.
-constexpr float kMaxRaceNoise = 17.0f;
 
 // f(i, x[i]) for every i < n, i taken by this thread (which i a thread sees is free: the callers
 // reduce with `better`, whose result is the same in any order). A 16-byte-aligned row is read
@@ -178,13 +174,24 @@ __global__ void __launch_bounds__(kSampleThreads)
     // The winner scores at least what the argmax (d = 0) scores, and no token scores above
     // d + kMaxRaceNoise: a token with d below race_floor = (the argmax's score) - kMaxRaceNoise
     // cannot win or tie, so its hash and logarithms are skipped (most of a trained model's
-    // vocabulary). Same token as before.
-    const float race_floor = race_score(0.0f, sample_uniform(seed, offset, best.i)) - kMaxRaceNoise;
+    // vocabulary). Nor can a token whose u is below race_u_floor(beat), beat the best score this
+    // thread has seen (sampling_rng.h), so its logarithms are skipped: after a few tokens that is
+    // nearly every token, however flat the logits (a random model's are). Same token as before.
+    float beat = race_score(0.0f, sample_uniform(seed, offset, best.i));
+    const float race_floor = beat - kMaxRaceNoise;
+    float u_floor = race_u_floor(beat);
     Best race{-INFINITY, kNoIndex};
     for_each_logit(x, vocab, [&](int64_t i, float v) {
       const float d = d_of_logit(v);
-      if (d >= race_floor)
-        race = better(race, {race_score(d, sample_uniform(seed, offset, i)), int32_t(i)});
+      if (d < race_floor) return;
+      const float u = sample_uniform(seed, offset, i);
+      if (u < u_floor) return;
+      const float r = race_score(d, u);
+      race = better(race, {r, int32_t(i)});
+      if (r > beat) {
+        beat = r;
+        u_floor = race_u_floor(beat);
+      }
     });
     race = block_best(race);
     if (t == 0) out[b] = race.i == kNoIndex ? 0 : race.i;
