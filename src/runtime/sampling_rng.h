@@ -86,14 +86,15 @@ NV_HOST_DEVICE inline float race_score(float d, float u) {
 // some token reaches cannot win or tie.
 inline constexpr float kMaxRaceNoise = 17.0f;
 
-// The least u with which a token could score
-// `beat` or more. race_score(d, u) = d - log(-log u) with d <= 0 is at most -log(-log u), so a u
-// below exp(-exp(-beat)) scores below beat. Taken for beat less 1e-3 (the f32 scores lie within
-// 1e-5 of the exact ones) and lowered by 1e-6 (16 f32 ulps at 1; expf errs by a few): never above
-// the exact bound, so a race that skips the tokens with u < race_u_floor(its best score so far)
-// skips none that could win or tie. After a few tokens the bound is near 1: the logarithms of
-// almost every token are skipped, however flat the logits.
-NV_HOST_DEVICE inline float race_u_floor(float beat) { return expf(-expf(1e-3f - beat)) - 1e-6f; }
+// The least u whose race noise -log(-log u) can reach `need`: a token of logit d scores
+// race_score(d, u) = d + (that noise), so it reaches a score S only if the noise reaches S - d,
+// and S - d >= S for every d <= 0. A u below exp(-exp(-need)) cannot. Taken for need less 1e-3
+// (the f32 scores lie within 1e-5 of the exact ones) and lowered by 1e-6 (16 f32 ulps at 1; expf
+// errs by a few): never above the exact bound, so a race that skips the tokens with
+// u < race_u_floor(best score so far - d), or with race_u_floor(best score so far), skips none
+// that could win or tie. After a few tokens the bound is near 1: the logarithms of almost every
+// token are skipped, however flat the logits.
+NV_HOST_DEVICE inline float race_u_floor(float need) { return expf(-expf(1e-3f - need)) - 1e-6f; }
 
 // min_p's test on d (step 3).
 NV_HOST_DEVICE inline bool min_p_keeps(float d, float min_p) {

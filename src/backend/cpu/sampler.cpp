@@ -116,7 +116,7 @@ int32_t race(const float* d, const std::vector<int32_t>& kept, const SampleParam
 struct RaceUFloors {
   static constexpr int kPerUnit = 4;
   static constexpr int kBuckets = 21 * kPerUnit + 1;
-  float u[kBuckets] = {};  // 0: nothing skipped before the first score
+  float u[kBuckets] = {};
   void set(float beat) {
     for (int k = 0; k < kBuckets; ++k) u[k] = race_u_floor(beat + float(k) / kPerUnit);
   }
