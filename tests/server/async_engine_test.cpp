@@ -158,6 +158,7 @@ TEST(AsyncEngine, NotifyFiresForEveryNewBatchOfEvents) {
   auto s = async.add_request({1, 2, 3}, p);
   s->set_notify([&] { ++notified; });
   Collected c = drain(*s);
+  async.shutdown();  // the notify of the final event may still run: join before `notified` goes
   EXPECT_EQ(c.token_ids.size(), 10u);
   EXPECT_GE(notified.load(), 1);
 }
@@ -205,6 +206,9 @@ TEST(AsyncEngine, AStepNotifiesAfterQueueingAllItsEvents) {
        ++i) {
     std::this_thread::sleep_for(10ms);
   }
+  // Joined before the notifies' captures (declared after `async`) go: the last step's notifies
+  // may still be running.
+  async.shutdown();
   std::lock_guard lock(mu);
   drain_all();  // left by a step whose pushes the read above split
   for (int i = 0; i < n; ++i) {
