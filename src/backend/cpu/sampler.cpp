@@ -63,10 +63,8 @@ float max_clean(const float* x, int64_t n) {
   return m;
 }
 
-// First index of the maximum, NaN counting as -inf (all -inf / NaN: 0).
-int32_t argmax(const float* x, int64_t n) {
-  const float m = max_clean(x, n);
-  if (m == -INFINITY) return 0;
+// First index of x[i] == m, m one of the x (not NaN).
+int32_t first_equal(const float* x, int64_t n, float m) {
   const __m256 mv = _mm256_set1_ps(m);
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
@@ -77,6 +75,12 @@ int32_t argmax(const float* x, int64_t n) {
     if (x[i] == m) return int32_t(i);
   }
   return 0;  // unreachable: m is one of the x
+}
+
+// First index of the maximum, NaN counting as -inf (all -inf / NaN: 0).
+int32_t argmax(const float* x, int64_t n) {
+  const float m = max_clean(x, n);
+  return m == -INFINITY ? 0 : first_equal(x, n, m);
 }
 
 // d[i] = scaled_logit(clean_logit(y[i]), m, temperature) for i < n; m = max_clean(y) finite or
@@ -235,7 +239,7 @@ int32_t sample_processed(const float* y, int64_t v, const SampleParams& p, std::
   const bool use_min_p = p.min_p > 0.0f;
   const bool use_top_k = p.top_k > 0 && p.top_k < v;
   const bool use_top_p = p.top_p < 1.0f;
-  if (!use_min_p && !use_top_k && !use_top_p) return race_all(d, v, argmax(y, v), p);
+  if (!use_min_p && !use_top_k && !use_top_p) return race_all(d, v, first_equal(y, v, m), p);
 
   std::vector<int32_t> cand;  // min_p's survivors in ascending index order
   if (use_min_p) {
