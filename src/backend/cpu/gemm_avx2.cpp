@@ -13,6 +13,7 @@
 // them with prefetchnta instead (Tile::prefetch_nta).
 #include <immintrin.h>
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <utility>
@@ -46,33 +47,86 @@ inline __m256 round_bf16(__m256 v) {
   return _mm256_castsi256_ps(_mm256_and_si256(r, _mm256_set1_epi32(int(0xffff0000u))));
 }
 
-// x rows -> bf16-rounded f32 pairs in the [kpairs][mr][2] panel layout.
+// One row's k values [k0, k0 + kn) (kn even) as bf16-rounded f32 pairs into panel column d
+// (stride mr pairs); past k (the odd k's last half) and for a missing row (src null): zeros.
+void pack_row(float* d, const float* src, int64_t k, int64_t k0, int64_t kn, int64_t mr) {
+  alignas(32) float row[1024];  // 1024 k at a time, rounded
+  for (int64_t c0 = k0; c0 < k0 + kn; c0 += 1024) {
+    const int64_t cn = std::min<int64_t>(1024, k0 + kn - c0);  // even
+    const int64_t valid = src ? std::clamp<int64_t>(k - c0, 0, cn) : 0;
+    int64_t i = 0;
+    for (; i + 8 <= valid; i += 8)
+      _mm256_store_ps(row + i, round_bf16(_mm256_loadu_ps(src + c0 + i)));
+    for (; i < valid; ++i) row[i] = bf16_to_f32(f32_to_bf16(src[c0 + i]));
+    for (; i < cn; ++i) row[i] = 0.0f;
+    float* dc = d + ((c0 - k0) / 2) * mr * 2;
+    for (int64_t p = 0; p < cn / 2; ++p) std::memcpy(dc + p * mr * 2, row + 2 * p, 8);
+  }
+}
+
+// x rows -> bf16-rounded f32 pairs in the [kpairs][mr][2] panel layout. Four rows at a time:
+// 4 pairs of each rounded in registers and transposed as 64-bit lanes, so each pair's four rows
+// leave as one 32-byte store in the panel's order. Before, each row went out alone, 8 bytes every
+// mr pairs, so every line of a panel larger than L1 was fetched again for each of its rows.
+// Measured on an Intel Xeon (family 6 model 207, avx512_fma, 2 threads), old and new alternating
+// in one process, medians of 16: M = 2,048 o_proj 229 -> 247 GFLOP/s, down_proj 227 -> 246,
+// qkv and gate_up +1-3%; the engine's prefill of 16 prompts 5.08-5.50 -> 4.57-5.00 s. The other
+// rows, two at a time where two are left (the AVX2 tiles' 6-row panels), then one at a time, and
+// every row's k past the last whole group of 8 (pack_row).
 void pack_x(void* dst, const float* x, int64_t ldx, int64_t m, int64_t k, int64_t mr,
             int64_t panel_begin, int64_t panel_end) {
   const int64_t kpairs = (k + 1) / 2;
+  const int64_t k8 = k / 8 * 8;  // k in whole groups of 4 pairs
   float* out = static_cast<float*>(dst);
-  alignas(32) float row[1024];  // one row, 1024 k at a time, rounded
   for (int64_t panel = panel_begin; panel < panel_end; ++panel) {
     float* pan = out + panel * kpairs * mr * 2;
-    for (int64_t r = 0; r < mr; ++r) {
-      const int64_t rowi = panel * mr + r;
-      for (int64_t k0 = 0; k0 < kpairs * 2; k0 += 1024) {
-        const int64_t kn = std::min<int64_t>(1024, kpairs * 2 - k0);  // even
-        if (rowi < m) {
-          const float* src = x + rowi * ldx + k0;
-          const int64_t valid = std::min<int64_t>(kn, k - k0);
-          int64_t i = 0;
-          for (; i + 8 <= valid; i += 8)
-            _mm256_store_ps(row + i, round_bf16(_mm256_loadu_ps(src + i)));
-          for (; i < valid; ++i) row[i] = bf16_to_f32(f32_to_bf16(src[i]));
-          for (; i < kn; ++i) row[i] = 0.0f;
-        } else {
-          std::memset(row, 0, size_t(kn) * sizeof(float));
-        }
-        float* d = pan + ((k0 / 2) * mr + r) * 2;
-        for (int64_t p = 0; p < kn / 2; ++p) std::memcpy(d + p * mr * 2, row + 2 * p, 8);
+    const int64_t rows = std::clamp<int64_t>(m - panel * mr, 0, mr);  // rows of x in it
+    const int64_t rows4 = rows / 4 * 4;
+    for (int64_t r = 0; r < rows4; r += 4) {
+      const float* s0 = x + (panel * mr + r) * ldx;
+      const float* s1 = s0 + ldx;
+      const float* s2 = s1 + ldx;
+      const float* s3 = s2 + ldx;
+      double* d = reinterpret_cast<double*>(pan + r * 2);  // a pair as one 64-bit lane
+      for (int64_t k0 = 0; k0 < k8; k0 += 8, d += 4 * mr) {
+        const __m256d a = _mm256_castps_pd(round_bf16(_mm256_loadu_ps(s0 + k0)));
+        const __m256d b = _mm256_castps_pd(round_bf16(_mm256_loadu_ps(s1 + k0)));
+        const __m256d c = _mm256_castps_pd(round_bf16(_mm256_loadu_ps(s2 + k0)));
+        const __m256d e = _mm256_castps_pd(round_bf16(_mm256_loadu_ps(s3 + k0)));
+        const __m256d ab02 = _mm256_unpacklo_pd(a, b);  // pairs: a0 b0 | a2 b2
+        const __m256d ab13 = _mm256_unpackhi_pd(a, b);  // a1 b1 | a3 b3
+        const __m256d ce02 = _mm256_unpacklo_pd(c, e);
+        const __m256d ce13 = _mm256_unpackhi_pd(c, e);
+        _mm256_storeu_pd(d, _mm256_permute2f128_pd(ab02, ce02, 0x20));           // pair 0
+        _mm256_storeu_pd(d + mr, _mm256_permute2f128_pd(ab13, ce13, 0x20));      // pair 1
+        _mm256_storeu_pd(d + 2 * mr, _mm256_permute2f128_pd(ab02, ce02, 0x31));  // pair 2
+        _mm256_storeu_pd(d + 3 * mr, _mm256_permute2f128_pd(ab13, ce13, 0x31));  // pair 3
       }
+      if (k8 < 2 * kpairs)
+        for (int64_t i = 0; i < 4; ++i)
+          pack_row(pan + ((k8 / 2) * mr + r + i) * 2, s0 + i * ldx, k, k8, 2 * kpairs - k8, mr);
     }
+    int64_t r = rows4;
+    if (rows - r >= 2) {  // two rows: each pair's two rows as one 16-byte store
+      const float* s0 = x + (panel * mr + r) * ldx;
+      const float* s1 = s0 + ldx;
+      double* d = reinterpret_cast<double*>(pan + r * 2);
+      for (int64_t k0 = 0; k0 < k8; k0 += 8, d += 4 * mr) {
+        const __m256d a = _mm256_castps_pd(round_bf16(_mm256_loadu_ps(s0 + k0)));
+        const __m256d b = _mm256_castps_pd(round_bf16(_mm256_loadu_ps(s1 + k0)));
+        const __m256d ab02 = _mm256_unpacklo_pd(a, b), ab13 = _mm256_unpackhi_pd(a, b);
+        _mm_storeu_pd(d, _mm256_castpd256_pd128(ab02));
+        _mm_storeu_pd(d + mr, _mm256_castpd256_pd128(ab13));
+        _mm_storeu_pd(d + 2 * mr, _mm256_extractf128_pd(ab02, 1));
+        _mm_storeu_pd(d + 3 * mr, _mm256_extractf128_pd(ab13, 1));
+      }
+      if (k8 < 2 * kpairs)
+        for (int64_t i = 0; i < 2; ++i)
+          pack_row(pan + ((k8 / 2) * mr + r + i) * 2, s0 + i * ldx, k, k8, 2 * kpairs - k8, mr);
+      r += 2;
+    }
+    for (; r < mr; ++r)
+      pack_row(pan + r * 2, r < rows ? x + (panel * mr + r) * ldx : nullptr, k, 0, 2 * kpairs, mr);
   }
 }
 
