@@ -377,46 +377,57 @@ TEST(Gemm, RoundsXToNearestEven) {
   }
 }
 
-// The AVX2 / AVX-512 FMA kernels' packed x, element by element against its definition: panel
-// p, pair i, row r holds bf16(x[p * mr + r][2i]), bf16(x[..][2i + 1]) as f32, zero past k and
-// for rows past m, and a call writes only its panels. Rows in groups of 4 and the rest, k in
-// whole groups of 8 and not, odd k, the panel heights the drivers use (6, 12, 16, 24 and an
-// odd one), and x values on bf16 rounding ties.
+// The kernels' packed x, element by element against its definition: panel p, pair i, row r
+// holds x[p * mr + r][2i] and [2i + 1] rounded to bf16 (as f32 in the AVX2 / AVX-512 FMA sets'
+// 8-byte pairs, as bf16 in the AVX-512 BF16 set's 4-byte ones), zero past k and for rows past
+// m, and a call writes only its panels. Rows in groups of 4, 2 and 1, k in whole groups of 8 /
+// 16 and not, odd k, the panel heights the drivers use (6, 12, 16, 24 and an odd one), x values
+// on bf16 rounding ties.
 TEST(Gemm, PackedXIsBf16PairsInPanelOrder) {
   std::mt19937 rng(31);
-  const auto pack_x = detail::avx2_kernels().pack_x;
-  for (int64_t mr : {5, 6, 12, 16, 24}) {
-    for (int64_t m : {1, 3, 4, 7, 8, 13, 31, 50}) {
-      for (int64_t k : {1, 2, 7, 8, 9, 16, 17, 1030, 2049}) {
-        const int64_t ldx = k + 3, kpairs = (k + 1) / 2, npanels = (m + mr - 1) / mr;
-        std::vector<float> x(size_t(m * ldx));
-        for (auto& v : x) {  // half of them exactly between two bf16 values
-          const uint32_t bits = uint32_t(rng()) & (rng() & 1 ? 0xffffffffu : 0xffff8000u);
-          std::memcpy(&v, &bits, 4);
-          if (!std::isfinite(v)) v = 1.5f;
+  std::vector<const detail::KernelSet*> sets{&detail::avx2_kernels()};
+  if (cpu_has_avx512_bf16()) sets.push_back(&detail::avx512_bf16_kernels());
+  for (const detail::KernelSet* ks : sets) {
+    const bool f32 = ks->pair_bytes == 8;
+    for (int64_t mr : {5, 6, 12, 16, 24}) {
+      for (int64_t m : {1, 3, 4, 7, 8, 13, 31, 50}) {
+        for (int64_t k : {1, 2, 7, 8, 9, 16, 17, 33, 1030, 2049}) {
+          const int64_t ldx = k + 3, kpairs = (k + 1) / 2, npanels = (m + mr - 1) / mr;
+          std::vector<float> x(size_t(m * ldx));
+          for (auto& v : x) {  // normal values, half of them exactly between two bf16 values
+            const uint32_t bits = uint32_t(rng()) & (rng() & 1 ? 0xffffffffu : 0xffff8000u);
+            std::memcpy(&v, &bits, 4);
+            if (std::fpclassify(v) != FP_NORMAL) v = 1.5f;
+          }
+          const int64_t panel_words = kpairs * mr * (f32 ? 2 : 1);  // 4-byte words a panel
+          std::vector<uint32_t> got(size_t((npanels + 2) * panel_words), 0xdeadbeefu);
+          // Panels [1, npanels) after panel 0, in two calls; one panel's room either side.
+          uint32_t* dst = got.data() + panel_words;
+          ks->pack_x(dst, x.data(), ldx, m, k, mr, 0, 1);
+          ks->pack_x(dst, x.data(), ldx, m, k, mr, 1, npanels);
+          for (int64_t i = 0; i < panel_words; ++i) {
+            ASSERT_EQ(got[size_t(i)], 0xdeadbeefu) << "wrote before the panels";
+            ASSERT_EQ(got[size_t((npanels + 1) * panel_words + i)], 0xdeadbeefu)
+                << "wrote past them";
+          }
+          for (int64_t p = 0; p < npanels; ++p)
+            for (int64_t i = 0; i < kpairs; ++i)
+              for (int64_t r = 0; r < mr; ++r)
+                for (int64_t h = 0; h < 2; ++h) {
+                  const int64_t row = p * mr + r, col = 2 * i + h;
+                  const uint16_t want =
+                      row < m && col < k ? f32_to_bf16(x[size_t(row * ldx + col)]) : 0;
+                  const int64_t at = (p * kpairs + i) * mr + r;  // the pair's index
+                  const uint32_t v = f32 ? dst[2 * at + h] : dst[at];
+                  const uint32_t want_bits =
+                      f32 ? uint32_t(want) << 16
+                          : (v & (h ? 0xffffu : 0xffff0000u)) | uint32_t(want) << (16 * h);
+                  ASSERT_EQ(v, want_bits)
+                      << gemm_isa_name(f32 ? GemmIsa::AVX2 : GemmIsa::AVX512_BF16) << " mr=" << mr
+                      << " m=" << m << " k=" << k << " panel " << p << " pair " << i << " row " << r
+                      << " half " << h;
+                }
         }
-        const size_t floats = size_t(npanels * kpairs * mr * 2);
-        std::vector<float> got(floats + 2 * size_t(kpairs * mr * 2), -7.0f);
-        // Panels [1, npanels) after panel 0, in two calls; one panel's room either side.
-        float* dst = got.data() + kpairs * mr * 2;
-        pack_x(dst, x.data(), ldx, m, k, mr, 0, 1);
-        pack_x(dst, x.data(), ldx, m, k, mr, 1, npanels);
-        for (int64_t i = 0; i < kpairs * mr * 2; ++i) {
-          ASSERT_EQ(got[size_t(i)], -7.0f) << "wrote before the panels";
-          ASSERT_EQ(got[floats + size_t(kpairs * mr * 2 + i)], -7.0f) << "wrote past them";
-        }
-        for (int64_t p = 0; p < npanels; ++p)
-          for (int64_t i = 0; i < kpairs; ++i)
-            for (int64_t r = 0; r < mr; ++r)
-              for (int64_t h = 0; h < 2; ++h) {
-                const int64_t row = p * mr + r, col = 2 * i + h;
-                const float want =
-                    row < m && col < k ? bf16_to_f32(f32_to_bf16(x[size_t(row * ldx + col)])) : 0;
-                const float v = dst[((p * kpairs + i) * mr + r) * 2 + h];
-                ASSERT_EQ(std::memcmp(&v, &want, 4), 0)
-                    << "mr=" << mr << " m=" << m << " k=" << k << " panel " << p << " pair " << i
-                    << " row " << r << " half " << h << ": " << v << " want " << want;
-              }
       }
     }
   }
