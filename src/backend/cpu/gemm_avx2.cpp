@@ -64,6 +64,38 @@ void pack_row(float* d, const float* src, int64_t k, int64_t k0, int64_t kn, int
   }
 }
 
+// N = 4 or 2 rows from src (stride ldx) into the panel at their first pair: k below the last
+// whole group of 8 as 4 pairs of each row rounded in registers, each pair's N rows one store
+// (pairs as 64-bit lanes); the rest through pack_row.
+template <int N>
+void pack_rows(float* pan, const float* src, int64_t ldx, int64_t k, int64_t mr) {
+  const int64_t k8 = k / 8 * 8, kn = (k + 1) / 2 * 2;
+  auto rounded = [&](int i, int64_t k0) {
+    return _mm256_castps_pd(round_bf16(_mm256_loadu_ps(src + i * ldx + k0)));
+  };
+  double* d = reinterpret_cast<double*>(pan);
+  for (int64_t k0 = 0; k0 < k8; k0 += 8, d += 4 * mr) {
+    const __m256d a = rounded(0, k0), b = rounded(1, k0);
+    const __m256d ab02 = _mm256_unpacklo_pd(a, b);  // pairs: a0 b0 | a2 b2
+    const __m256d ab13 = _mm256_unpackhi_pd(a, b);  // a1 b1 | a3 b3
+    if constexpr (N == 4) {
+      const __m256d c = rounded(2, k0), e = rounded(3, k0);
+      const __m256d ce02 = _mm256_unpacklo_pd(c, e), ce13 = _mm256_unpackhi_pd(c, e);
+      _mm256_storeu_pd(d, _mm256_permute2f128_pd(ab02, ce02, 0x20));           // pair 0
+      _mm256_storeu_pd(d + mr, _mm256_permute2f128_pd(ab13, ce13, 0x20));      // pair 1
+      _mm256_storeu_pd(d + 2 * mr, _mm256_permute2f128_pd(ab02, ce02, 0x31));  // pair 2
+      _mm256_storeu_pd(d + 3 * mr, _mm256_permute2f128_pd(ab13, ce13, 0x31));  // pair 3
+    } else {
+      _mm_storeu_pd(d, _mm256_castpd256_pd128(ab02));
+      _mm_storeu_pd(d + mr, _mm256_castpd256_pd128(ab13));
+      _mm_storeu_pd(d + 2 * mr, _mm256_extractf128_pd(ab02, 1));
+      _mm_storeu_pd(d + 3 * mr, _mm256_extractf128_pd(ab13, 1));
+    }
+  }
+  for (int i = 0; i < N && k8 < kn; ++i)
+    pack_row(pan + ((k8 / 2) * mr + i) * 2, src + i * ldx, k, k8, kn - k8, mr);
+}
+
 // x rows -> bf16-rounded f32 pairs in the [kpairs][mr][2] panel layout. Four rows at a time:
 // 4 pairs of each rounded in registers and transposed as 64-bit lanes, so each pair's four rows
 // leave as one 32-byte store in the panel's order. Before, each row went out alone, 8 bytes every
@@ -76,53 +108,14 @@ void pack_row(float* d, const float* src, int64_t k, int64_t k0, int64_t kn, int
 void pack_x(void* dst, const float* x, int64_t ldx, int64_t m, int64_t k, int64_t mr,
             int64_t panel_begin, int64_t panel_end) {
   const int64_t kpairs = (k + 1) / 2;
-  const int64_t k8 = k / 8 * 8;  // k in whole groups of 4 pairs
   float* out = static_cast<float*>(dst);
   for (int64_t panel = panel_begin; panel < panel_end; ++panel) {
     float* pan = out + panel * kpairs * mr * 2;
     const int64_t rows = std::clamp<int64_t>(m - panel * mr, 0, mr);  // rows of x in it
-    const int64_t rows4 = rows / 4 * 4;
-    for (int64_t r = 0; r < rows4; r += 4) {
-      const float* s0 = x + (panel * mr + r) * ldx;
-      const float* s1 = s0 + ldx;
-      const float* s2 = s1 + ldx;
-      const float* s3 = s2 + ldx;
-      double* d = reinterpret_cast<double*>(pan + r * 2);  // a pair as one 64-bit lane
-      for (int64_t k0 = 0; k0 < k8; k0 += 8, d += 4 * mr) {
-        const __m256d a = _mm256_castps_pd(round_bf16(_mm256_loadu_ps(s0 + k0)));
-        const __m256d b = _mm256_castps_pd(round_bf16(_mm256_loadu_ps(s1 + k0)));
-        const __m256d c = _mm256_castps_pd(round_bf16(_mm256_loadu_ps(s2 + k0)));
-        const __m256d e = _mm256_castps_pd(round_bf16(_mm256_loadu_ps(s3 + k0)));
-        const __m256d ab02 = _mm256_unpacklo_pd(a, b);  // pairs: a0 b0 | a2 b2
-        const __m256d ab13 = _mm256_unpackhi_pd(a, b);  // a1 b1 | a3 b3
-        const __m256d ce02 = _mm256_unpacklo_pd(c, e);
-        const __m256d ce13 = _mm256_unpackhi_pd(c, e);
-        _mm256_storeu_pd(d, _mm256_permute2f128_pd(ab02, ce02, 0x20));           // pair 0
-        _mm256_storeu_pd(d + mr, _mm256_permute2f128_pd(ab13, ce13, 0x20));      // pair 1
-        _mm256_storeu_pd(d + 2 * mr, _mm256_permute2f128_pd(ab02, ce02, 0x31));  // pair 2
-        _mm256_storeu_pd(d + 3 * mr, _mm256_permute2f128_pd(ab13, ce13, 0x31));  // pair 3
-      }
-      if (k8 < 2 * kpairs)
-        for (int64_t i = 0; i < 4; ++i)
-          pack_row(pan + ((k8 / 2) * mr + r + i) * 2, s0 + i * ldx, k, k8, 2 * kpairs - k8, mr);
-    }
-    int64_t r = rows4;
-    if (rows - r >= 2) {  // two rows: each pair's two rows as one 16-byte store
-      const float* s0 = x + (panel * mr + r) * ldx;
-      const float* s1 = s0 + ldx;
-      double* d = reinterpret_cast<double*>(pan + r * 2);
-      for (int64_t k0 = 0; k0 < k8; k0 += 8, d += 4 * mr) {
-        const __m256d a = _mm256_castps_pd(round_bf16(_mm256_loadu_ps(s0 + k0)));
-        const __m256d b = _mm256_castps_pd(round_bf16(_mm256_loadu_ps(s1 + k0)));
-        const __m256d ab02 = _mm256_unpacklo_pd(a, b), ab13 = _mm256_unpackhi_pd(a, b);
-        _mm_storeu_pd(d, _mm256_castpd256_pd128(ab02));
-        _mm_storeu_pd(d + mr, _mm256_castpd256_pd128(ab13));
-        _mm_storeu_pd(d + 2 * mr, _mm256_extractf128_pd(ab02, 1));
-        _mm_storeu_pd(d + 3 * mr, _mm256_extractf128_pd(ab13, 1));
-      }
-      if (k8 < 2 * kpairs)
-        for (int64_t i = 0; i < 2; ++i)
-          pack_row(pan + ((k8 / 2) * mr + r + i) * 2, s0 + i * ldx, k, k8, 2 * kpairs - k8, mr);
+    int64_t r = 0;
+    for (; r + 4 <= rows; r += 4) pack_rows<4>(pan + r * 2, x + (panel * mr + r) * ldx, ldx, k, mr);
+    if (rows - r >= 2) {
+      pack_rows<2>(pan + r * 2, x + (panel * mr + r) * ldx, ldx, k, mr);
       r += 2;
     }
     for (; r < mr; ++r)

@@ -46,6 +46,47 @@ void pack_row(uint32_t* d, const float* src, int64_t k, int64_t k0, int64_t mr) 
   }
 }
 
+// N = 4 or 2 rows from src (stride ldx) into the panel at their first pair: k below the last
+// whole group of 16 as 8 bf16 pairs of each row, transposed so that each pair's N rows leave as
+// one store (16 or 8 bytes); the rest through pack_row.
+template <int N>
+void pack_rows(uint32_t* pan, const float* src, int64_t ldx, int64_t k, int64_t mr) {
+  const int64_t k16 = k / 16 * 16;
+  uint32_t* d = pan;
+  for (int64_t k0 = 0; k0 < k16; k0 += 16, d += 8 * mr) {
+    const __m256i a = bf16_pairs(src + k0, 16), b = bf16_pairs(src + ldx + k0, 16);
+    const __m256i ab0 = _mm256_unpacklo_epi32(a, b);  // a0 b0 a1 b1 | a4 b4 a5 b5
+    const __m256i ab2 = _mm256_unpackhi_epi32(a, b);  // a2 b2 a3 b3 | a6 b6 a7 b7
+    if constexpr (N == 4) {
+      const __m256i c = bf16_pairs(src + 2 * ldx + k0, 16);
+      const __m256i e = bf16_pairs(src + 3 * ldx + k0, 16);
+      const __m256i ce0 = _mm256_unpacklo_epi32(c, e), ce2 = _mm256_unpackhi_epi32(c, e);
+      const __m256i q[4] = {_mm256_unpacklo_epi64(ab0, ce0),   // pairs 0 | 4
+                            _mm256_unpackhi_epi64(ab0, ce0),   // 1 | 5
+                            _mm256_unpacklo_epi64(ab2, ce2),   // 2 | 6
+                            _mm256_unpackhi_epi64(ab2, ce2)};  // 3 | 7
+      for (int i = 0; i < 4; ++i) {
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i * mr), _mm256_castsi256_si128(q[i]));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(d + (i + 4) * mr),
+                         _mm256_extracti128_si256(q[i], 1));
+      }
+    } else {
+      const __m256i q[2] = {ab0, ab2};  // pairs 0 1 | 4 5, 2 3 | 6 7
+      for (int i = 0; i < 2; ++i) {
+        const __m128i lo = _mm256_castsi256_si128(q[i]), hi = _mm256_extracti128_si256(q[i], 1);
+        _mm_storel_epi64(reinterpret_cast<__m128i*>(d + (2 * i) * mr), lo);
+        _mm_storel_epi64(reinterpret_cast<__m128i*>(d + (2 * i + 1) * mr),
+                         _mm_unpackhi_epi64(lo, lo));
+        _mm_storel_epi64(reinterpret_cast<__m128i*>(d + (2 * i + 4) * mr), hi);
+        _mm_storel_epi64(reinterpret_cast<__m128i*>(d + (2 * i + 5) * mr),
+                         _mm_unpackhi_epi64(hi, hi));
+      }
+    }
+  }
+  for (int i = 0; i < N && k16 < k; ++i)
+    pack_row(pan + (k16 / 2) * mr + i, src + i * ldx, k, k16, mr);
+}
+
 // x rows -> bf16 (round to nearest even), written as pairs into the [kpairs][mr] panel layout.
 // Four rows at a time, 8 pairs of each transposed in registers so that each pair's four rows
 // leave as one 16-byte store (two rows: 8 bytes), as the AVX2 kernels' pack_x; the other rows,
@@ -56,55 +97,14 @@ void pack_row(uint32_t* d, const float* src, int64_t k, int64_t k0, int64_t mr) 
 void pack_x(void* dst, const float* x, int64_t ldx, int64_t m, int64_t k, int64_t mr,
             int64_t panel_begin, int64_t panel_end) {
   const int64_t kpairs = (k + 1) / 2;
-  const int64_t k16 = k / 16 * 16;  // k in whole groups of 8 pairs
   uint32_t* out = static_cast<uint32_t*>(dst);
   for (int64_t panel = panel_begin; panel < panel_end; ++panel) {
     uint32_t* pan = out + panel * kpairs * mr;
     const int64_t rows = std::clamp<int64_t>(m - panel * mr, 0, mr);  // rows of x in it
     int64_t r = 0;
-    for (; r + 4 <= rows; r += 4) {
-      const float* s0 = x + (panel * mr + r) * ldx;
-      uint32_t* d = pan + r;
-      for (int64_t k0 = 0; k0 < k16; k0 += 16, d += 8 * mr) {
-        const __m256i a = bf16_pairs(s0 + k0, 16), b = bf16_pairs(s0 + ldx + k0, 16);
-        const __m256i c = bf16_pairs(s0 + 2 * ldx + k0, 16);
-        const __m256i e = bf16_pairs(s0 + 3 * ldx + k0, 16);
-        const __m256i ab0 = _mm256_unpacklo_epi32(a, b);  // a0 b0 a1 b1 | a4 b4 a5 b5
-        const __m256i ab2 = _mm256_unpackhi_epi32(a, b);  // a2 b2 a3 b3 | a6 b6 a7 b7
-        const __m256i ce0 = _mm256_unpacklo_epi32(c, e);
-        const __m256i ce2 = _mm256_unpackhi_epi32(c, e);
-        const __m256i q[4] = {_mm256_unpacklo_epi64(ab0, ce0),   // pairs 0 | 4
-                              _mm256_unpackhi_epi64(ab0, ce0),   // 1 | 5
-                              _mm256_unpacklo_epi64(ab2, ce2),   // 2 | 6
-                              _mm256_unpackhi_epi64(ab2, ce2)};  // 3 | 7
-        for (int i = 0; i < 4; ++i) {
-          _mm_storeu_si128(reinterpret_cast<__m128i*>(d + i * mr), _mm256_castsi256_si128(q[i]));
-          _mm_storeu_si128(reinterpret_cast<__m128i*>(d + (i + 4) * mr),
-                           _mm256_extracti128_si256(q[i], 1));
-        }
-      }
-      for (int64_t i = 0; i < 4 && k16 < k; ++i)
-        pack_row(pan + (k16 / 2) * mr + r + i, s0 + i * ldx, k, k16, mr);
-    }
+    for (; r + 4 <= rows; r += 4) pack_rows<4>(pan + r, x + (panel * mr + r) * ldx, ldx, k, mr);
     if (rows - r >= 2) {
-      const float* s0 = x + (panel * mr + r) * ldx;
-      uint32_t* d = pan + r;
-      for (int64_t k0 = 0; k0 < k16; k0 += 16, d += 8 * mr) {
-        const __m256i a = bf16_pairs(s0 + k0, 16), b = bf16_pairs(s0 + ldx + k0, 16);
-        const __m256i q[2] = {_mm256_unpacklo_epi32(a, b),   // pairs 0 1 | 4 5
-                              _mm256_unpackhi_epi32(a, b)};  // 2 3 | 6 7
-        for (int i = 0; i < 2; ++i) {
-          const __m128i lo = _mm256_castsi256_si128(q[i]), hi = _mm256_extracti128_si256(q[i], 1);
-          _mm_storel_epi64(reinterpret_cast<__m128i*>(d + (2 * i) * mr), lo);
-          _mm_storel_epi64(reinterpret_cast<__m128i*>(d + (2 * i + 1) * mr),
-                           _mm_unpackhi_epi64(lo, lo));
-          _mm_storel_epi64(reinterpret_cast<__m128i*>(d + (2 * i + 4) * mr), hi);
-          _mm_storel_epi64(reinterpret_cast<__m128i*>(d + (2 * i + 5) * mr),
-                           _mm_unpackhi_epi64(hi, hi));
-        }
-      }
-      for (int64_t i = 0; i < 2 && k16 < k; ++i)
-        pack_row(pan + (k16 / 2) * mr + r + i, s0 + i * ldx, k, k16, mr);
+      pack_rows<2>(pan + r, x + (panel * mr + r) * ldx, ldx, k, mr);
       r += 2;
     }
     for (; r < mr; ++r)
