@@ -150,7 +150,8 @@ inline void store(const Tile& t, int r, int b, bool first, __m256 a0, __m256 a1)
 }
 
 // out[R rows, NB blocks] (+)= x panel @ weight blocks, over t.kpairs pairs in summation chunks.
-template <int R, int NB>
+// Widened: the blocks are widen_panel's f32 copy (128 bytes a pair), loaded as they are.
+template <int R, int NB, bool Widened = false>
 void tile_kernel(const Tile& t) {
   const __m256i hi = _mm256_set1_epi32(int(0xffff0000u));
   const uint8_t* w = t.w;
@@ -187,11 +188,25 @@ void tile_kernel(const Tile& t) {
         _mm_prefetch(pf, _MM_HINT_T0);
 #pragma GCC unroll 4
       for (int b = 0; b < NB; ++b) {
-        const __m256i w0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(w + b * ws));
-        const __m256i w1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(w + b * ws + 32));
+        const uint8_t* wb = w + b * ws;
+        __m256i w0, w1;
+        if constexpr (!Widened) {
+          w0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(wb));
+          w1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(wb + 32));
+        }
+        // Half h of the pair (0: the even k, 1: the odd k), its 16 columns as f32 in lo, hi8.
+        auto half = [&](int h, __m256& lo, __m256& hi8) {
+          if constexpr (Widened) {
+            lo = _mm256_load_ps(reinterpret_cast<const float*>(wb) + 16 * h);
+            hi8 = _mm256_load_ps(reinterpret_cast<const float*>(wb) + 16 * h + 8);
+          } else {
+            lo = _mm256_castsi256_ps(h ? _mm256_and_si256(w0, hi) : _mm256_slli_epi32(w0, 16));
+            hi8 = _mm256_castsi256_ps(h ? _mm256_and_si256(w1, hi) : _mm256_slli_epi32(w1, 16));
+          }
+        };
         {  // even k of the pair: all rows
-          const __m256 lo = _mm256_castsi256_ps(_mm256_slli_epi32(w0, 16));
-          const __m256 hi8 = _mm256_castsi256_ps(_mm256_slli_epi32(w1, 16));
+          __m256 lo, hi8;
+          half(0, lo, hi8);
 #pragma GCC unroll 8
           for (int r = 0; r < R; ++r) {
             const __m256 xe = _mm256_broadcast_ss(x + 2 * r);
@@ -200,8 +215,8 @@ void tile_kernel(const Tile& t) {
           }
         }
         {  // odd k
-          const __m256 lo = _mm256_castsi256_ps(_mm256_and_si256(w0, hi));
-          const __m256 hi8 = _mm256_castsi256_ps(_mm256_and_si256(w1, hi));
+          __m256 lo, hi8;
+          half(1, lo, hi8);
 #pragma GCC unroll 8
           for (int r = 0; r < R; ++r) {
             const __m256 xo = _mm256_broadcast_ss(x + 2 * r + 1);
@@ -210,7 +225,7 @@ void tile_kernel(const Tile& t) {
           }
         }
       }
-      w += kBlockPairBytes;
+      w += Widened ? 2 * kBlockPairBytes : kBlockPairBytes;
       x += xs2;
     }
 
@@ -234,6 +249,28 @@ constexpr auto kTable = tile_table<kMr, kMaxNb>([](auto r, auto nb) -> TileFn {
 });
 
 void tile(const Tile& t) { run_tile<kMaxNb>(kTable, t); }
+
+// The blocked path's tiles (up to kMr rows x 1 block) over widen_panel's copy.
+constexpr auto kTableWidened = tile_table<kMr, 1>([](auto r, auto nb) -> TileFn {
+  return tile_kernel<decltype(r)::value, decltype(nb)::value, true>;
+});
+
+void tile_widened(const Tile& t) { run_tile<1>(kTableWidened, t); }
+
+// KernelSet::widen_panel: each pair's 16 even k (the shift), then its 16 odd k (the mask).
+void widen_panel(float* dst, const uint8_t* w, int64_t block_stride, int nb, int64_t kpairs) {
+  const __m256i hi = _mm256_set1_epi32(int(0xffff0000u));
+  for (int b = 0; b < nb; ++b)
+    for (int64_t p = 0; p < kpairs; ++p, dst += 32) {
+      const uint8_t* src = w + b * block_stride + p * kBlockPairBytes;
+      const __m256i w0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(src));
+      const __m256i w1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(src + 32));
+      _mm256_store_ps(dst, _mm256_castsi256_ps(_mm256_slli_epi32(w0, 16)));
+      _mm256_store_ps(dst + 8, _mm256_castsi256_ps(_mm256_slli_epi32(w1, 16)));
+      _mm256_store_ps(dst + 16, _mm256_castsi256_ps(_mm256_and_si256(w0, hi)));
+      _mm256_store_ps(dst + 24, _mm256_castsi256_ps(_mm256_and_si256(w1, hi)));
+    }
+}
 
 #pragma GCC pop_options
 
@@ -263,6 +300,8 @@ const KernelSet& avx2_kernels() {
     // block at 75-80% of the FMA peak) 2-4% slower with it, so from 3 rows on the tiles keep
     // prefetcht0.
     s.one_pass_nta_max_rows = 2;
+    s.widen_panel = widen_panel;
+    s.tile_widened = tile_widened;
     return s;
   }();
   return set;

@@ -62,7 +62,8 @@ inline void store(const Tile& t, int r, int b, bool first, __m512 acc) {
 }
 
 // out[R rows, NB blocks] (+)= x panel @ weight blocks, over t.kpairs pairs in summation chunks.
-template <int R, int NB>
+// Widened: the blocks are widen_panel's f32 copy (128 bytes a pair), loaded as they are.
+template <int R, int NB, bool Widened = false>
 void tile_kernel(const Tile& t) {
   const __m512i hi = _mm512_set1_epi32(int(0xffff0000u));
   const uint8_t* w = t.w;
@@ -102,9 +103,14 @@ void tile_kernel(const Tile& t) {
       __m512 even[NB], odd[NB];
 #pragma GCC unroll 4
       for (int b = 0; b < NB; ++b) {
-        const __m512i wv = _mm512_load_si512(reinterpret_cast<const void*>(w + b * ws));
-        even[b] = _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xffff, wv, 16));
-        odd[b] = _mm512_castsi512_ps(_mm512_and_si512(wv, hi));
+        if constexpr (Widened) {
+          even[b] = _mm512_load_ps(reinterpret_cast<const float*>(w + b * ws));
+          odd[b] = _mm512_load_ps(reinterpret_cast<const float*>(w + b * ws + 64));
+        } else {
+          const __m512i wv = _mm512_load_si512(reinterpret_cast<const void*>(w + b * ws));
+          even[b] = _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xffff, wv, 16));
+          odd[b] = _mm512_castsi512_ps(_mm512_and_si512(wv, hi));
+        }
       }
 #pragma GCC unroll 24
       for (int r = 0; r < R; ++r) {
@@ -118,7 +124,7 @@ void tile_kernel(const Tile& t) {
 #pragma GCC unroll 4
         for (int b = 0; b < NB; ++b) acc[r][b] = _mm512_fmadd_ps(odd[b], xo, acc[r][b]);
       }
-      w += kBlockPairBytes;
+      w += Widened ? 2 * kBlockPairBytes : kBlockPairBytes;
       x += xs2;
     }
 #pragma GCC unroll 24
@@ -146,6 +152,25 @@ constexpr auto kTable = tile_table<kMaxRows, kMaxNb>([](auto r, auto nb) -> Tile
 });
 
 void tile(const Tile& t) { run_tile<kMaxNb>(kTable, t); }
+
+// The blocked path's tiles (up to kMr rows x kNb blocks) over widen_panel's copy.
+constexpr auto kTableWidened = tile_table<kMr, kNb>([](auto r, auto nb) -> TileFn {
+  return tile_kernel<decltype(r)::value, decltype(nb)::value, true>;
+});
+
+void tile_widened(const Tile& t) { run_tile<kNb>(kTableWidened, t); }
+
+// KernelSet::widen_panel: each pair's 16 even k (the shift), then its 16 odd k (the mask).
+void widen_panel(float* dst, const uint8_t* w, int64_t block_stride, int nb, int64_t kpairs) {
+  const __m512i hi = _mm512_set1_epi32(int(0xffff0000u));
+  for (int b = 0; b < nb; ++b)
+    for (int64_t p = 0; p < kpairs; ++p, dst += 32) {
+      const __m512i wv = _mm512_load_si512(
+          reinterpret_cast<const void*>(w + b * block_stride + p * kBlockPairBytes));
+      _mm512_store_ps(dst, _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xffff, wv, 16)));
+      _mm512_store_ps(dst + 16, _mm512_castsi512_ps(_mm512_and_si512(wv, hi)));
+    }
+}
 
 #pragma GCC pop_options
 
@@ -175,6 +200,8 @@ const KernelSet& avx512_fma_kernels() {
     // M = 64 282-300 GFLOP/s against 274-285 on the five Qwen3-0.6B shapes (each 3.5-6.5%
     // faster), M = 512 257-286 against 257-279 (1-4%).
     s.prefetch_next_pairs = true;
+    s.widen_panel = widen_panel;
+    s.tile_widened = tile_widened;
     return s;
   }();
   return set;

@@ -119,6 +119,15 @@ struct KernelSet {
   void (*wide_pack_x)(void* dst, const float* x, int64_t ldx, int64_t m, int64_t k, int64_t mr,
                       int64_t panel_begin, int64_t panel_end) = nullptr;
   size_t wide_pair_bytes = 0;
+  // Optional (nullptr: none): the blocked path's tiles over weights widened to f32 once per M
+  // block, not once per tile. widen_panel writes nb blocks x kpairs pairs of the packed weights
+  // (block_stride bytes apart) to dst as f32, [nb][kpairs][32]: each pair's 16 even k, then its
+  // 16 odd k (exact); tile_widened runs the blocked tiles (up to mr rows x nb blocks) over such a
+  // copy (Tile::w at its first pair, w_block_stride = kpairs * 128 bytes) with the same
+  // multiply-adds in the same order: the same bits, without the tiles' widening instructions.
+  void (*widen_panel)(float* dst, const uint8_t* w, int64_t block_stride, int nb,
+                      int64_t kpairs) = nullptr;
+  void (*tile_widened)(const Tile& t) = nullptr;
 };
 
 using TileFn = void (*)(const Tile&);
