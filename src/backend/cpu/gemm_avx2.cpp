@@ -11,6 +11,10 @@
 // prefetches spread over its own k loop, so that memory streams under the FMAs of every pass
 // instead of stalling the first. A one- or two-row tile that reads its weights once prefetches
 // them with prefetchnta instead (Tile::prefetch_nta).
+//
+// The blocked path's tiles may read a copy of their weight panel widened once per M block
+// instead (widen_panel, tile_widened; gemm.cpp, kWidenMinPanels): on an Intel core the shift
+// runs on an FMA port, on Zen 3 beside them.
 #include <immintrin.h>
 
 #include <algorithm>

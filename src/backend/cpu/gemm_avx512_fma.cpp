@@ -3,7 +3,8 @@
 // packed x (bf16-rounded f32 pairs). Each 64-byte k-pair row of a 16-column block is one zmm:
 // the even k by a shift (the low halves << 16), the odd k by a mask, each meeting every row of
 // the tile. Per lane the operations and their order are the AVX2 kernels', so both give the
-// same bits.
+// same bits. The blocked path's tiles may read a copy of their weight panel widened once per M
+// block instead (widen_panel, tile_widened; gemm.cpp, kWidenMinPanels).
 //
 // Why: on CPUs whose vdpbf16ps runs at a fraction of the FMA rate this is the faster bf16 GEMM.
 // Measured on an Intel Xeon (family 6 model 207, AVX-512 BF16, 2 cores of a VM): vdpbf16ps zmm
