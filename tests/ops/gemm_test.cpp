@@ -146,8 +146,11 @@ TEST(Gemm, MatchesReferenceOnOddShapes) {
 TEST(Gemm, MatchesReferenceOnBlockingPaths) {
   std::mt19937 rng(99);
   ThreadPool pool(2);
-  // {800, 1100, 70}: split over columns with more than one M block per column group.
+  // {800, 1100, 70}: split over columns with more than one M block per column group. {400, 17,
+  // 301}: M blocks of 12+ panels on any L2 from 512 KiB, whose weight panels the FMA kernel sets
+  // widen once (kWidenMinPanels), the last 16-column block 1 column wide, k odd and over 2 blocks.
   for (auto [m, n, k] : {std::array<int64_t, 3>{800, 40, 20},
+                         {400, 17, 301},
                          {300, 17, 600},
                          {9, 130, 2100},
                          {1, 1100, 70},

@@ -28,14 +28,19 @@ static_assert(kKcPairs % detail::kSumChunkPairs == 0, "k blocks must start on su
 // The blocked path widens a weight panel to f32 once for an M block of at least this many x
 // panels (KernelSet::widen_panel), whose tiles then multiply-add without widening (a 12 x 2
 // AVX-512 tile spends 4 widening instructions per 48 FMAs on the FMA ports, a 6-row AVX2 one 4
-// per 24). The copy costs about one tile's loads and stores; with fewer panels it does not pay.
-// Measured on an Intel Xeon (family 6 model 207, 2 threads), with and without alternating in one
-// process, medians GFLOP/s on Qwen3-0.6B's qkv / o_proj / gate_up / down_proj: avx512_fma M =
-// 2,048 (20 rounds) 274 / 262 / 255 / 190 -> 283 / 267 / 260 / 189, M = 512 (30 rounds) 264 /
-// 270 / 272 / 271 -> 276 / 275 / 284 / 271; the AVX2 kernels (NANOVLLM_CPU_ISA=avx2) M = 2,048
-// (12 rounds) 134 / 127 / 128 / 131 -> 140 / 137 / 137 / 132. One thread, one 12 x 2 tile over
+// per 24). The copy costs up to a third of a tile (its stores), and on cores that run the
+// widening beside the FMAs (Zen 3: the same tile rate from L1 either way) it gains nothing, so
+// it waits for 12 panels: at most ~3% there, and never on a 512 KiB L2 (Zen 2 / 3), whose M
+// blocks hold 10 panels at K = 1,024. On Intel cores with 1.25-2 MiB of L2 the K = 1,024 shapes
+// (both sets) and all of Qwen3-0.6B's on AVX2 take it. Measured on an Intel Xeon (family 6 model
+// 207, 2 threads), with and without alternating in one process, medians GFLOP/s on Qwen3-0.6B's qkv
+// / o_proj / gate_up / down_proj: avx512_fma M = 2,048 (20 rounds) 274 / 262 / 255 / 190 -> 283 /
+// 267 / 260 / 189, M = 512 (30 rounds) 264 / 270 / 272 / 271 -> 276 / 275 / 284 / 271; the AVX2
+// kernels (NANOVLLM_CPU_ISA=avx2) M = 2,048 (12 rounds) 134 / 127 / 128 / 131 -> 140 / 137 / 137 /
+// 132 (all with a threshold of 4; at 12 o_proj and down_proj on avx512_fma, M blocks of 10 and 7
+// panels on that 2 MiB L2, keep the tiles' own widening). One thread, one 12 x 2 tile over
 // L1-resident weights: 146-148 -> 155-158 GFLOP/s (the AVX2 6 x 1 tile 72-74 -> 80-81).
-constexpr int64_t kWidenMinPanels = 4;
+constexpr int64_t kWidenMinPanels = 12;
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
