@@ -153,11 +153,18 @@ inline void store(const Tile& t, int r, int b, bool first, __m256 a0, __m256 a1)
   }
 }
 
+// Half h of 8 columns' k pairs (a 32-byte half of a pair row) as f32: h = 0 the even k (the
+// low halves << 16), h = 1 the odd k (the high halves). The tiles and widen_panel's copy both
+// widen through this.
+inline __m256 widen_half(__m256i w, int h) {
+  return _mm256_castsi256_ps(h ? _mm256_and_si256(w, _mm256_set1_epi32(int(0xffff0000u)))
+                               : _mm256_slli_epi32(w, 16));
+}
+
 // out[R rows, NB blocks] (+)= x panel @ weight blocks, over t.kpairs pairs in summation chunks.
 // Widened: the blocks are widen_panel's f32 copy (128 bytes a pair), loaded as they are.
 template <int R, int NB, bool Widened = false>
 void tile_kernel(const Tile& t) {
-  const __m256i hi = _mm256_set1_epi32(int(0xffff0000u));
   const uint8_t* w = t.w;
   const int64_t ws = t.w_block_stride;
   const float* x = static_cast<const float*>(t.x);
@@ -204,8 +211,8 @@ void tile_kernel(const Tile& t) {
             lo = _mm256_load_ps(reinterpret_cast<const float*>(wb) + 16 * h);
             hi8 = _mm256_load_ps(reinterpret_cast<const float*>(wb) + 16 * h + 8);
           } else {
-            lo = _mm256_castsi256_ps(h ? _mm256_and_si256(w0, hi) : _mm256_slli_epi32(w0, 16));
-            hi8 = _mm256_castsi256_ps(h ? _mm256_and_si256(w1, hi) : _mm256_slli_epi32(w1, 16));
+            lo = widen_half(w0, h);
+            hi8 = widen_half(w1, h);
           }
         };
         {  // even k of the pair: all rows
@@ -261,18 +268,17 @@ constexpr auto kTableWidened = tile_table<kMr, 1>([](auto r, auto nb) -> TileFn 
 
 void tile_widened(const Tile& t) { run_tile<1>(kTableWidened, t); }
 
-// KernelSet::widen_panel: each pair's 16 even k (the shift), then its 16 odd k (the mask).
+// KernelSet::widen_panel: each pair's 16 even k, then its 16 odd k (widen_half).
 void widen_panel(float* dst, const uint8_t* w, int64_t block_stride, int nb, int64_t kpairs) {
-  const __m256i hi = _mm256_set1_epi32(int(0xffff0000u));
   for (int b = 0; b < nb; ++b)
     for (int64_t p = 0; p < kpairs; ++p, dst += 32) {
       const uint8_t* src = w + b * block_stride + p * kBlockPairBytes;
       const __m256i w0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(src));
       const __m256i w1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(src + 32));
-      _mm256_store_ps(dst, _mm256_castsi256_ps(_mm256_slli_epi32(w0, 16)));
-      _mm256_store_ps(dst + 8, _mm256_castsi256_ps(_mm256_slli_epi32(w1, 16)));
-      _mm256_store_ps(dst + 16, _mm256_castsi256_ps(_mm256_and_si256(w0, hi)));
-      _mm256_store_ps(dst + 24, _mm256_castsi256_ps(_mm256_and_si256(w1, hi)));
+      for (int h = 0; h < 2; ++h) {
+        _mm256_store_ps(dst + 16 * h, widen_half(w0, h));
+        _mm256_store_ps(dst + 16 * h + 8, widen_half(w1, h));
+      }
     }
 }
 

@@ -44,6 +44,13 @@ constexpr int kXPrefetchPairs = 16;
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma")
 
+// A 64-byte pair row of a block as f32: its 16 even k (the low halves << 16) and its 16 odd k
+// (the high halves). The tiles and widen_panel's copy both widen through this.
+inline void widen_pairs(__m512i wv, __m512& even, __m512& odd) {
+  even = _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xffff, wv, 16));
+  odd = _mm512_castsi512_ps(_mm512_and_si512(wv, _mm512_set1_epi32(int(0xffff0000u))));
+}
+
 // Row r, block b of the tile's output: out = (bias or 0) + acc when first, else out + acc.
 inline void store(const Tile& t, int r, int b, bool first, __m512 acc) {
   float* o = t.out + r * t.ldo + 16 * b;
@@ -66,7 +73,6 @@ inline void store(const Tile& t, int r, int b, bool first, __m512 acc) {
 // Widened: the blocks are widen_panel's f32 copy (128 bytes a pair), loaded as they are.
 template <int R, int NB, bool Widened = false>
 void tile_kernel(const Tile& t) {
-  const __m512i hi = _mm512_set1_epi32(int(0xffff0000u));
   const uint8_t* w = t.w;
   const int64_t ws = t.w_block_stride;
   const float* x = static_cast<const float*>(t.x);
@@ -108,9 +114,8 @@ void tile_kernel(const Tile& t) {
           even[b] = _mm512_load_ps(reinterpret_cast<const float*>(w + b * ws));
           odd[b] = _mm512_load_ps(reinterpret_cast<const float*>(w + b * ws + 64));
         } else {
-          const __m512i wv = _mm512_load_si512(reinterpret_cast<const void*>(w + b * ws));
-          even[b] = _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xffff, wv, 16));
-          odd[b] = _mm512_castsi512_ps(_mm512_and_si512(wv, hi));
+          widen_pairs(_mm512_load_si512(reinterpret_cast<const void*>(w + b * ws)), even[b],
+                      odd[b]);
         }
       }
 #pragma GCC unroll 24
@@ -161,15 +166,16 @@ constexpr auto kTableWidened = tile_table<kMr, kNb>([](auto r, auto nb) -> TileF
 
 void tile_widened(const Tile& t) { run_tile<kNb>(kTableWidened, t); }
 
-// KernelSet::widen_panel: each pair's 16 even k (the shift), then its 16 odd k (the mask).
+// KernelSet::widen_panel: each pair's 16 even k, then its 16 odd k (widen_pairs).
 void widen_panel(float* dst, const uint8_t* w, int64_t block_stride, int nb, int64_t kpairs) {
-  const __m512i hi = _mm512_set1_epi32(int(0xffff0000u));
   for (int b = 0; b < nb; ++b)
     for (int64_t p = 0; p < kpairs; ++p, dst += 32) {
-      const __m512i wv = _mm512_load_si512(
-          reinterpret_cast<const void*>(w + b * block_stride + p * kBlockPairBytes));
-      _mm512_store_ps(dst, _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xffff, wv, 16)));
-      _mm512_store_ps(dst + 16, _mm512_castsi512_ps(_mm512_and_si512(wv, hi)));
+      __m512 even, odd;
+      widen_pairs(_mm512_load_si512(
+                      reinterpret_cast<const void*>(w + b * block_stride + p * kBlockPairBytes)),
+                  even, odd);
+      _mm512_store_ps(dst, even);
+      _mm512_store_ps(dst + 16, odd);
     }
 }
 
