@@ -204,14 +204,23 @@ void qtile4(const QTile& t) {
         lo[p] = _mm512_and_si512(raw, low4);
         hi[p] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4);
       }
+      // Every row's low k, then every row's high k: a row's two multiply-adds of this step do
+      // not meet back to back (the integer sums are exact, so the order changes no bit). Row by
+      // row, GCC's code moved each accumulator through another register twice a step (16 copies
+      // beside 16 vpdpbusd in an 8-row tile); in this order once. Measured on an Intel Xeon
+      // (family 6 model 207), alternating in one process: one 8-row tile over L1, one thread,
+      // medians of 40 rounds, 387 -> 404 G ops/s (g64), 309 -> 322 (g32), 250 -> 277 (g128);
+      // qgemm on 2 threads, best of 60 / 30 calls, M = 16 and 64: 2-10% faster on the four
+      // Qwen3-0.6B shapes.
       for (int r = 0; r < R; ++r) {
-        const int8_t* xp = xg + r * t.ldx + 8 * o;
-        const __m512i bx0 = broadcast32(xp), bx1 = broadcast32(xp + 4);
-        for (int p = 0; p < NP; ++p) {
-          acc[0][r][p] = _mm512_dpbusd_epi32(acc[0][r][p], lo[p], bx0);
+        const __m512i bx0 = broadcast32(xg + r * t.ldx + 8 * o);
+        for (int p = 0; p < NP; ++p) acc[0][r][p] = _mm512_dpbusd_epi32(acc[0][r][p], lo[p], bx0);
+      }
+      for (int r = 0; r < R; ++r) {
+        const __m512i bx1 = broadcast32(xg + r * t.ldx + 8 * o + 4);
+        for (int p = 0; p < NP; ++p)
           acc[kChains<R, NP> - 1][r][p] =
               _mm512_dpbusd_epi32(acc[kChains<R, NP> - 1][r][p], hi[p], bx1);
-        }
       }
     }
     off += rows8 * 32;
