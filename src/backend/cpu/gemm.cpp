@@ -351,17 +351,23 @@ void gemm(const GemmArgs& a, ThreadPool& pool, GemmIsa isa) {
           }
           const bool fresh = !spread || (g == g0 && kp0 == 0);
           const bool widen_now = widen && pe - pb >= kWidenMinPanels;
-          const uint8_t* packed_w = t.w;
           if (widen_now) {
+            // This panel's tiles read the widened copy: t's weight fields are switched for the
+            // panel loop (the stride put back after it; the next k block sets w again), not
+            // copied into another Tile (that copy, wide loads of fields just stored narrow, took
+            // 5-6% of an M = 2,048 GEMM's samples on the Intel VM).
             ks.widen_panel(static_cast<float*>(widened.get()), t.w, block_stride,
                            int(ceil_div(t.ncols, kBlockCols)), t.kpairs);
+            t.w = static_cast<const uint8_t*>(widened.get());
+            t.w_block_stride = t.kpairs * 2 * kBlockPairBytes;
           }
           for (int64_t p = pb; p < pe; ++p) {
             t.x = static_cast<const uint8_t*>(xp.get()) + p * panel_bytes +
                   kp0 * mr * int64_t(ks.pair_bytes);
             t.rows = int(std::min(mr, a.m - p * mr));
             t.out = a.out + p * mr * a.ldo + col0;
-            t.prefetch = p == pb && fresh && (npanels > 1 || ks.one_panel_prefetch);
+            t.prefetch =
+                !widen_now && p == pb && fresh && (npanels > 1 || ks.one_panel_prefetch);
             t.pf_next = nullptr;
             if (next_bytes) {
               const int64_t np = pe - pb, i = p - pb;
@@ -372,19 +378,12 @@ void gemm(const GemmArgs& a, ThreadPool& pool, GemmIsa isa) {
               t.pf_stride = next_two ? block_stride : 0;
             }
             if (widen_now) {
-              // The same tile over the widened copy. t's fields are switched and put back, not
-              // copied into another Tile: that copy (wide loads of fields just stored narrow)
-              // took 5-6% of an M = 2,048 GEMM's samples on the Intel VM (the copy's load).
-              t.w = static_cast<const uint8_t*>(widened.get());
-              t.w_block_stride = t.kpairs * 2 * kBlockPairBytes;
-              t.prefetch = false;
               ks.tile_widened(t);
-              t.w = packed_w;
-              t.w_block_stride = block_stride;
             } else {
               ks.tile(t);
             }
           }
+          t.w_block_stride = block_stride;
         }
       }
     }
