@@ -81,4 +81,57 @@ void run_chunks(ThreadPool& pool, int64_t units, int64_t chunk, const Fn& fn) {
     pool.run_shared(run);
 }
 
+// Calls fn(u0, u1) on chunks of at most `chunk` units covering [0, units), like run_chunks, but
+// each thread first walks a contiguous share of its own, [t * units / T, (t + 1) * units / T)
+// in order, and only then takes chunks from the far end of the others' shares (a thread that
+// starts late, or runs slowly, loses the end of its share to the others). A thread's units then
+// follow one another in memory wherever the units are consecutive blocks of one array (a GEMM's
+// weight groups): one long stream a thread, which the hardware prefetchers and the tiles'
+// near-ahead prefetch follow across units, instead of runs of `chunk` units interleaved
+// between the threads.
+template <typename Fn>
+void run_ranges(ThreadPool& pool, int64_t units, int64_t chunk, const Fn& fn) {
+  const int threads = pool.size();
+  if (threads == 1 || units <= chunk || units >= (int64_t(1) << 32))  // (32-bit bounds)
+    return run_chunks(pool, units, chunk, fn);
+  // Share t: [front, back) as (front << 32 | back), on a line of its own; the owner takes
+  // chunks from the front, the others from the back.
+  struct alignas(64) Share {
+    std::atomic<uint64_t> range;
+  };
+  std::vector<Share> shares(static_cast<size_t>(threads));
+  for (int t = 0; t < threads; ++t)
+    shares[size_t(t)].range.store(
+        uint64_t(units * t / threads) << 32 | uint64_t(units * (t + 1) / threads),
+        std::memory_order_relaxed);
+  // Claims up to `chunk` units of share t from the front (owner) or the back; false if empty.
+  auto claim = [&](int t, bool front, int64_t& u0, int64_t& u1) {
+    std::atomic<uint64_t>& r = shares[size_t(t)].range;
+    uint64_t v = r.load(std::memory_order_relaxed);
+    for (;;) {
+      const int64_t f = int64_t(v >> 32), b = int64_t(v & 0xffffffffu);
+      if (f >= b) return false;
+      u0 = front ? f : std::max(f, b - chunk);
+      u1 = front ? std::min(b, f + chunk) : b;
+      const uint64_t next =
+          front ? (uint64_t(u1) << 32 | uint64_t(b)) : (uint64_t(f) << 32 | uint64_t(u0));
+      if (r.compare_exchange_weak(v, next, std::memory_order_relaxed)) return true;
+    }
+  };
+  pool.run_shared([&](int thread) {
+    auto call = [&](int64_t u0, int64_t u1) {
+      if constexpr (std::is_invocable_v<const Fn&, int64_t, int64_t, int>)
+        fn(u0, u1, thread);
+      else
+        fn(u0, u1);
+    };
+    int64_t u0, u1;
+    while (claim(thread, true, u0, u1)) call(u0, u1);
+    for (int k = 1; k < threads; ++k) {
+      const int t = (thread + k) % threads;
+      while (claim(t, false, u0, u1)) call(u0, u1);
+    }
+  });
+}
+
 }  // namespace nanovllm::cpu
