@@ -146,7 +146,7 @@ void gemm_wide(const GemmArgs& a, ThreadPool& pool, const detail::KernelSet& ks)
   // into the other thread's next chunk. A decode step's GEMMs (Qwen3-0.6B, 28 layers and the
   // lm_head, weights from memory, x written by both threads before each call as the engine
   // leaves it), on an Intel Xeon (family 6 model 207, 2 threads, alternated in one process): M
-  // = 16 70.3-70.7 against 75.6-76.7 ms a step (medians of 6-10); M = 8 and 32 6% and 5%
+  // = 16 68.3-70.3 against 75.6-76.7 ms a step (medians of 6-10); M = 8 and 32 6% and 5%
   // faster, M = 1 1.6%. Two independent 1-thread streams over the same weights had shown the
   // gap: 302.7 GFLOP/s together against 280.4 for one 2-thread stream, and 2 x 151.7 alone.
   run_ranges(pool, ngroups, std::clamp<int64_t>(ngroups / (threads * 8), 1, 8),
