@@ -58,15 +58,13 @@ TEST(ThreadPoolTsan, RunRangesEachUnitOnce) {
     for (int rep = 0; rep < 1500; ++rep) {
       const int64_t units = 1 + rep % 97, chunk = 1 + rep % 9;
       std::vector<int> hits(static_cast<size_t>(units), 0);
-      std::vector<int> who(static_cast<size_t>(units), -1);
-      run_ranges(pool, units, chunk, [&](int64_t u0, int64_t u1, int t) {
+      run_ranges(pool, units, chunk, [&](int64_t u0, int64_t u1) {
         ASSERT_LT(u0, u1);
         ASSERT_LE(u1 - u0, chunk);
         for (int64_t u = u0; u < u1; ++u) {
           volatile int spin = 0;
           for (int k = 0; k < 200; ++k) spin = spin + k;
           hits[size_t(u)]++;
-          who[size_t(u)] = t;
         }
       });
       for (int64_t u = 0; u < units; ++u)
