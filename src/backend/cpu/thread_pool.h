@@ -58,6 +58,15 @@ class ThreadPool {
   std::exception_ptr error_;  // the first exception a worker's chunk threw, rethrown by the caller
 };
 
+// fn(u0, u1, thread), or fn(u0, u1) where fn does not take the thread.
+template <typename Fn>
+void call_chunk(const Fn& fn, int64_t u0, int64_t u1, int thread) {
+  if constexpr (std::is_invocable_v<const Fn&, int64_t, int64_t, int>)
+    fn(u0, u1, thread);
+  else
+    fn(u0, u1);
+}
+
 // Calls fn(u0, u1) on chunks of `chunk` units covering [0, units) (fn(u0, u1, thread) where fn
 // takes the claiming thread's index too: per-thread scratch), which the pool's threads claim in
 // order from a shared counter rather than as fixed shares (ThreadPool::run_shared): a
@@ -68,12 +77,8 @@ template <typename Fn>
 void run_chunks(ThreadPool& pool, int64_t units, int64_t chunk, const Fn& fn) {
   std::atomic<int64_t> next{0};
   auto run = [&](int thread) {
-    for (int64_t u0; (u0 = next.fetch_add(chunk, std::memory_order_relaxed)) < units;) {
-      if constexpr (std::is_invocable_v<const Fn&, int64_t, int64_t, int>)
-        fn(u0, std::min(units, u0 + chunk), thread);
-      else
-        fn(u0, std::min(units, u0 + chunk));
-    }
+    for (int64_t u0; (u0 = next.fetch_add(chunk, std::memory_order_relaxed)) < units;)
+      call_chunk(fn, u0, std::min(units, u0 + chunk), thread);
   };
   if (pool.size() == 1 || units <= chunk)
     run(0);
@@ -119,17 +124,11 @@ void run_ranges(ThreadPool& pool, int64_t units, int64_t chunk, const Fn& fn) {
     }
   };
   pool.run_shared([&](int thread) {
-    auto call = [&](int64_t u0, int64_t u1) {
-      if constexpr (std::is_invocable_v<const Fn&, int64_t, int64_t, int>)
-        fn(u0, u1, thread);
-      else
-        fn(u0, u1);
-    };
     int64_t u0, u1;
-    while (claim(thread, true, u0, u1)) call(u0, u1);
+    while (claim(thread, true, u0, u1)) call_chunk(fn, u0, u1, thread);
     for (int k = 1; k < threads; ++k) {
       const int t = (thread + k) % threads;
-      while (claim(t, false, u0, u1)) call(u0, u1);
+      while (claim(t, false, u0, u1)) call_chunk(fn, u0, u1, thread);
     }
   });
 }
