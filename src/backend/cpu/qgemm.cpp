@@ -245,8 +245,14 @@ void qgemm(const QGemmArgs& a, ThreadPool& pool, QGemmIsa isa) {
   const size_t btile_bytes = amx ? amx_btiles_bytes(l, m, pool.size()) : 0;
   GemmScratch own;
   GemmScratch& scratch = a.scratch ? *a.scratch : own;
-  uint8_t* base = static_cast<uint8_t*>(
-      scratch.reserve(xq_bytes + xs_bytes + sum_bytes_aligned + plane_bytes + btile_bytes));
+  const bool vnni = isa == QGemmIsa::AVX512_VNNI || isa == QGemmIsa::AMX_INT8;
+  // Batches of more than 8 rows on the AVX-512 VNNI tiles: tall tiles of up to 16 rows (qgemm.h,
+  // kQMaxRowsTall), whose x codes are interleaved into a copy of their own after the codes.
+  const bool tall = vnni && !amx && m > detail::kQMaxRowsVnni;
+  const size_t fixed_bytes = xq_bytes + xs_bytes + sum_bytes_aligned + plane_bytes + btile_bytes;
+  uint8_t* base =
+      static_cast<uint8_t*>(scratch.reserve(fixed_bytes + (tall ? xq_bytes : size_t(0))));
+  uint8_t* xtall = tall ? base + fixed_bytes : nullptr;
   float* xscale = reinterpret_cast<float*>(base + xq_bytes);
   float* xsum = int4 ? reinterpret_cast<float*>(base + xq_bytes + xs_bytes) : nullptr;
   auto quantize_rows = [&](int64_t r0, int64_t r1) {
@@ -260,10 +266,32 @@ void qgemm(const QGemmArgs& a, ThreadPool& pool, QGemmIsa isa) {
       }
     }
   };
-  if (m >= 4 * pool.size()) {
+  const bool rows_on_threads = m >= 4 * pool.size();
+  if (rows_on_threads) {
     pool.parallel_for(m, [&](int64_t r0, int64_t r1, int) { quantize_rows(r0, r1); });
   } else {
     quantize_rows(0, m);
+  }
+  if (tall) {
+    // Each tall tile's rows (16 from row 0; a last tile of 9-15 rows is tall too, one of up to 8
+    // reads the codes as they are), in units of 256 four-byte columns.
+    const int64_t row_bytes = l.kpad * code_bytes, cols = row_bytes / 4, unit_cols = 256;
+    const int64_t per_tile = (cols + unit_cols - 1) / unit_cols;
+    const int64_t tiles =
+        m / detail::kQMaxRowsTall + (m % detail::kQMaxRowsTall > detail::kQMaxRowsVnni);
+    auto interleave = [&](int64_t u0, int64_t u1) {
+      for (int64_t u = u0; u < u1; ++u) {
+        const int64_t r = u / per_tile * detail::kQMaxRowsTall, c0 = u % per_tile * unit_cols;
+        const int rows = int(std::min<int64_t>(detail::kQMaxRowsTall, m - r));
+        detail::interleave_x_rows(xtall + r * row_bytes, base + r * row_bytes, row_bytes, rows, c0,
+                                  std::min(cols, c0 + unit_cols));
+      }
+    };
+    if (rows_on_threads) {
+      pool.parallel_for(tiles * per_tile, [&](int64_t u0, int64_t u1, int) { interleave(u0, u1); });
+    } else {
+      interleave(0, tiles * per_tile);
+    }
   }
 
   if (amx) {
@@ -283,10 +311,10 @@ void qgemm(const QGemmArgs& a, ThreadPool& pool, QGemmIsa isa) {
   // takes fewer, where halves fixed in advance left the other waiting; below); a chunk
   // walks its units over M blocks of rows whose x codes stay in L2 while the unit's weights stay
   // in L1.
-  const bool vnni = isa == QGemmIsa::AVX512_VNNI || isa == QGemmIsa::AMX_INT8;
-  const bool wide = vnni && m > detail::kQMaxRows;  // 8-row tiles of 2 blocks
+  const bool wide = vnni && m > detail::kQMaxRows;  // 8-row tiles of 2 blocks (16 if tall)
   const bool wide_ymm = isa == QGemmIsa::AVX_VNNI && !int4 && m > detail::kQMaxRows;  // 8 x 1
-  const int max_rows = wide       ? detail::kQMaxRowsVnni
+  const int max_rows = tall       ? detail::kQMaxRowsTall
+                       : wide     ? detail::kQMaxRowsVnni
                        : wide_ymm ? detail::kQMaxRowsAvxVnni
                                   : detail::kQMaxRows;
   const auto tile_for = vnni                        ? detail::avx512_qtile
@@ -313,7 +341,8 @@ void qgemm(const QGemmArgs& a, ThreadPool& pool, QGemmIsa isa) {
         for (int64_t r = m0; r < m1;) {
           const int rows = int(std::min<int64_t>(max_rows, m1 - r));
           detail::QTile t;
-          t.x = base + size_t(r * l.kpad * code_bytes);
+          const bool tall_tile = rows > detail::kQMaxRowsVnni;  // its x interleaved, in xtall
+          t.x = (tall_tile ? xtall : base) + size_t(r * l.kpad * code_bytes);
           t.ldx = l.kpad;
           t.xscale = xscale + r * xs_per_row;
           t.xsum = xsum ? xsum + r * l.groups : nullptr;

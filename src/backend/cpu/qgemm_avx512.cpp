@@ -243,6 +243,108 @@ void qtile4(const QTile& t) {
   }
 }
 
+// Tall tiles (qgemm.h, kQMaxRowsTall): R = kQMaxRowsVnni + 1 .. kQMaxRowsTall rows of one pair
+// of blocks (16 columns) over interleaved x, each loaded and widened (int8) or unpacked (int4)
+// weight row meeting every row of the batch. The R integer sums take R registers, so the f32
+// sums live in part[R][16], one line a row: each group's flush reads a row's sum so far (0 for
+// the first group, as the 8-row tiles' registers start), adds the group's in the same f32 steps
+// as qtile8 / qtile4, and stores it back; the same operations in the same order, the same bits.
+inline __m512 load_part(const float* p, bool first) {
+  return first ? _mm512_setzero_ps() : _mm512_load_ps(p);
+}
+
+template <int R, bool GROUPED>
+void qtile8_tall(const QTile& t) {
+  const uint8_t* x = static_cast<const uint8_t*>(t.x);  // [kpad / 2][R][2] int16
+  const QuantLayout& l = *t.layout;
+  const uint8_t* w[2];
+  block_pairs<1>(t, w);
+  alignas(64) float part[R][16];  // the f32 sums so far, a row a line
+  [[maybe_unused]] __m512 wscale;
+  int64_t off = 0;
+  if constexpr (!GROUPED) {
+    wscale = load_f32_pair(w[0], w[1]);
+    off = 32;
+  }
+  const size_t ahead = prefetch_ahead(false, 2, l.block_bytes);
+  for (int64_t g = 0; g < l.groups; ++g) {
+    const int64_t pairs = l.group_len(g) / 2;
+    const uint8_t* xg = x + g * l.kg / 2 * R * 4;
+    [[maybe_unused]] __m512 scale;
+    if constexpr (GROUPED) {
+      scale = load_f32_pair(w[0] + off, w[1] + off);
+      off += 32;
+    }
+    __m512i acc[R];
+    for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_si512();
+    for (int64_t pr = 0; pr < pairs; pr += 2) {
+      const int64_t o = off + pr * 16;
+      for (int i = 0; i < 2; ++i)
+        _mm_prefetch(ahead_of(w[i], size_t(o), ahead, false, 2, l.block_bytes), _MM_HINT_T0);
+      const __m512i raw = load_pair(w[0], w[1], o);
+      const __m512i q0 = _mm512_srai_epi16(_mm512_slli_epi16(raw, 8), 8);
+      const __m512i q1 = _mm512_srai_epi16(raw, 8);
+      const uint8_t* xp = xg + pr * R * 4;
+      for (int r = 0; r < R; ++r) acc[r] = _mm512_dpwssd_epi32(acc[r], q0, broadcast32(xp + 4 * r));
+      for (int r = 0; r < R; ++r)
+        acc[r] = _mm512_dpwssd_epi32(acc[r], q1, broadcast32(xp + 4 * (R + r)));
+    }
+    off += pairs * 16;
+    for (int r = 0; r < R; ++r) {
+      const __m512 s = _mm512_maskz_cvtepi32_ps(kAll16, acc[r]);
+      const __m512 prev = load_part(part[r], g == 0);
+      _mm512_store_ps(part[r], GROUPED ? _mm512_fmadd_ps(s, scale, prev) : _mm512_add_ps(prev, s));
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    __m512 v = _mm512_mul_ps(_mm512_load_ps(part[r]), _mm512_set1_ps(t.xscale[r]));
+    if constexpr (!GROUPED) v = _mm512_mul_ps(v, wscale);
+    store16(t.out + r * t.ldo, v, t.bias, t.ncols);
+  }
+}
+
+template <int R>
+void qtile4_tall(const QTile& t) {
+  const QuantLayout& l = *t.layout;
+  const uint8_t* x = static_cast<const uint8_t*>(t.x);  // [kpad / 4][R][4] int8
+  const uint8_t* w[2];
+  block_pairs<1>(t, w);
+  alignas(64) float part[R][16];  // the f32 sums so far, a row a line
+  const __m512i low4 = _mm512_set1_epi8(0x0f);
+  const size_t ahead = prefetch_ahead(false, 2, l.block_bytes);
+  int64_t off = 0;
+  for (int64_t g = 0; g < l.groups; ++g) {
+    const int64_t rows8 = l.group_len(g) / 8;
+    const uint8_t* xg = x + g * l.kg / 4 * R * 4;
+    const __m512 scale = load_f16_pair(w[0] + off, w[1] + off);
+    const __m512 zs = _mm512_mul_ps(load_f16_pair(w[0] + off + 16, w[1] + off + 16), scale);
+    off += 32;
+    __m512i acc[R];
+    for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_si512();
+    for (int64_t o = 0; o < rows8; ++o) {
+      const size_t pos = size_t(off + o * 32);
+      for (int i = 0; i < 2; ++i)
+        _mm_prefetch(ahead_of(w[i], pos, ahead, false, 2, l.block_bytes), _MM_HINT_T0);
+      const __m512i raw = load_pair(w[0], w[1], off + o * 32);
+      const __m512i lo = _mm512_and_si512(raw, low4);
+      const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4);
+      const uint8_t* xp = xg + o * 2 * R * 4;
+      for (int r = 0; r < R; ++r) acc[r] = _mm512_dpbusd_epi32(acc[r], lo, broadcast32(xp + 4 * r));
+      for (int r = 0; r < R; ++r)
+        acc[r] = _mm512_dpbusd_epi32(acc[r], hi, broadcast32(xp + 4 * (R + r)));
+    }
+    off += rows8 * 32;
+    for (int r = 0; r < R; ++r) {
+      const __m512 xs = _mm512_set1_ps(t.xscale[r * l.groups + g]);
+      const __m512 xsum = _mm512_set1_ps(t.xsum[r * l.groups + g]);
+      const __m512 s = _mm512_maskz_cvtepi32_ps(kAll16, acc[r]);
+      __m512 v = _mm512_fmadd_ps(s, _mm512_mul_ps(scale, xs), load_part(part[r], g == 0));
+      _mm512_store_ps(part[r], _mm512_fnmadd_ps(zs, xsum, v));
+    }
+  }
+  for (int r = 0; r < R; ++r) store16(t.out + r * t.ldo, _mm512_load_ps(part[r]), t.bias, t.ncols);
+}
+
 #pragma GCC pop_options
 
 template <int NP, size_t... I>
@@ -256,6 +358,19 @@ constexpr std::array<QTileFn, sizeof...(I)> table4(std::index_sequence<I...>) {
   return {&qtile4<int(I) + 1, NP>...};
 }
 
+template <size_t... I>
+constexpr std::array<QTileFn, sizeof...(I)> table8_tall(std::index_sequence<I...>, bool grouped) {
+  return grouped
+             ? std::array<QTileFn, sizeof...(I)>{&qtile8_tall<kQMaxRowsVnni + 1 + int(I), true>...}
+             : std::array<QTileFn, sizeof...(I)>{
+                   &qtile8_tall<kQMaxRowsVnni + 1 + int(I), false>...};
+}
+
+template <size_t... I>
+constexpr std::array<QTileFn, sizeof...(I)> table4_tall(std::index_sequence<I...>) {
+  return {&qtile4_tall<kQMaxRowsVnni + 1 + int(I)>...};
+}
+
 // Tiles of one pair (2 blocks) for 1..kQMaxRowsVnni rows, of two pairs for 1..kQMaxRows.
 constexpr auto kRows = std::make_index_sequence<kQMaxRows>();
 constexpr auto kRowsWide = std::make_index_sequence<kQMaxRowsVnni>();
@@ -265,14 +380,44 @@ constexpr auto kInt8GroupOnePair = table8<1>(kRowsWide, true);
 constexpr auto kInt8GroupTwoPairs = table8<2>(kRows, true);
 constexpr auto kInt4OnePair = table4<1>(kRowsWide);
 constexpr auto kInt4TwoPairs = table4<2>(kRows);
+constexpr auto kRowsTall = std::make_index_sequence<kQMaxRowsTall - kQMaxRowsVnni>();
+constexpr auto kInt8RowTall = table8_tall(kRowsTall, false);
+constexpr auto kInt8GroupTall = table8_tall(kRowsTall, true);
+constexpr auto kInt4Tall = table4_tall(kRowsTall);
 
 }  // namespace
 
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq")
+void interleave_x_rows(uint8_t* dst, const uint8_t* src, int64_t row_bytes, int rows, int64_t c0,
+                       int64_t c1) {
+  if (rows == 16) {  // a column of 16 rows: one gather, one store
+    const __m512i idx =
+        _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                           _mm512_set1_epi32(int(row_bytes / 4)));
+    for (int64_t c = c0; c < c1; ++c)
+      _mm512_store_si512(
+          reinterpret_cast<void*>(dst + c * 64),
+          _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), kAll16, idx,
+                                      reinterpret_cast<const void*>(src + 4 * c), 4));
+    return;
+  }
+  for (int64_t c = c0; c < c1; ++c)
+    for (int r = 0; r < rows; ++r)
+      std::memcpy(dst + (c * rows + r) * 4, src + r * row_bytes + 4 * c, 4);
+}
+#pragma GCC pop_options
+
 QTileFn avx512_qtile(QuantScheme scheme, int rows, int blocks) {
   const bool one_pair = blocks <= 2;
-  NV_CHECK(rows >= 1 && rows <= (one_pair ? kQMaxRowsVnni : kQMaxRows) && blocks >= 1 &&
+  NV_CHECK(rows >= 1 && rows <= (one_pair ? kQMaxRowsTall : kQMaxRows) && blocks >= 1 &&
                blocks <= kQMaxBlocks,
            "qtile {} x {}", rows, blocks);
+  if (rows > kQMaxRowsVnni) {
+    const size_t r = size_t(rows - kQMaxRowsVnni - 1);
+    if (scheme.format == QuantFormat::Int4) return kInt4Tall[r];
+    return scheme.group ? kInt8GroupTall[r] : kInt8RowTall[r];
+  }
   const size_t r = size_t(rows - 1);
   if (scheme.format == QuantFormat::Int4) return one_pair ? kInt4OnePair[r] : kInt4TwoPairs[r];
   if (scheme.group) return one_pair ? kInt8GroupOnePair[r] : kInt8GroupTwoPairs[r];
