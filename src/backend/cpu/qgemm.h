@@ -107,8 +107,8 @@ struct QTile {
   float* out;
   int64_t ldo;
   const uint16_t* bias;  // bf16, at the tile's first column, or nullptr
-  int rows;              // 1..kQMaxRows (AVX-512 VNNI with 2 blocks: 1..kQMaxRowsVnni; AVX-VNNI
-                         // int8 with 1 block: 1..kQMaxRowsAvxVnni)
+  int rows;              // 1..kQMaxRows (AVX-512 VNNI with 2 blocks: 1..kQMaxRowsTall, tall
+                         // from kQMaxRowsVnni + 1; AVX-VNNI int8 with 1 block: 1..kQMaxRowsAvxVnni)
   int ncols;             // 1..blocks * 8
   bool row_prefetch = true;  // one-row AVX-512 VNNI tiles: the near-ahead prefetch (kRowAheadBytes)
   bool stream_nta = false;   // AVX2 tiles: prefetchnta near ahead (kRowNtaAheadBytes)
